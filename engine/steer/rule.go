@@ -132,6 +132,7 @@ const (
 	classSrcAddr  = 1 << 5
 	classInfra    = 1 << 6
 	numClasses    = 7
+	classAll      = 1 << 7 // not a rule class: SetSteerAll
 
 	lpmFamilyBits = 8 // the family byte in front of the address
 )

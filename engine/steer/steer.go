@@ -117,6 +117,7 @@ type Stats struct {
 	MatchedDst   uint64
 	MatchedVXLAN uint64
 	MatchedSrc   uint64
+	MatchedAll   uint64 // steered by SetSteerAll, before any rule
 }
 
 // Passed is the number of packets given to the kernel.
@@ -140,6 +141,7 @@ func (s Stats) Sub(o Stats) Stats {
 		MatchedDst:   s.MatchedDst - o.MatchedDst,
 		MatchedVXLAN: s.MatchedVXLAN - o.MatchedVXLAN,
 		MatchedSrc:   s.MatchedSrc - o.MatchedSrc,
+		MatchedAll:   s.MatchedAll - o.MatchedAll,
 	}
 }
 
@@ -154,6 +156,7 @@ type Program struct {
 	infra   map[lpmKey]struct{}  // mirror of steer_infra
 	counts  classCounts
 	classes uint32 // last value written to steer_config
+	all     bool   // SetSteerAll
 	link    link.Link
 	closed  bool
 }
@@ -363,6 +366,7 @@ func (p *Program) Stats() (Stats, error) {
 		s.MatchedDst += c.MatchDst
 		s.MatchedVXLAN += c.MatchVxlan
 		s.MatchedSrc += c.MatchSrc
+		s.MatchedAll += c.MatchAll
 	}
 	return s, nil
 }
@@ -592,9 +596,23 @@ func (p *Program) deleteInfra(k lpmKey) error {
 	return nil
 }
 
+// SetSteerAll makes the program redirect every frame to the queue's
+// socket (on) — ARP, ND and the node's own traffic included — or go back
+// to the rules (off). It is for interfaces that belong to the data plane
+// whole, such as examples/l2fwd's and the benchmarks' devices.
+func (p *Program) SetSteerAll(on bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.all = on
+	return p.writeClasses(p.counts.mask())
+}
+
 func (p *Program) writeClasses(m uint32) error {
 	if p.closed {
 		return ErrClosed
+	}
+	if p.all {
+		m |= classAll
 	}
 	if m == p.classes {
 		return nil

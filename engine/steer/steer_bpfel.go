@@ -46,6 +46,7 @@ type steerSteerCounters struct {
 	MatchDst   uint64
 	MatchVxlan uint64
 	MatchSrc   uint64
+	MatchAll   uint64
 }
 
 // Names of all BPF objects in the ELF.

@@ -179,3 +179,29 @@ func TestClosed(t *testing.T) {
 	_, err := p.Stats()
 	require.ErrorIs(t, err, ErrClosed)
 }
+
+// TestSteerAll: with SetSteerAll every frame — ARP, non-VIP traffic,
+// malformed frames — goes to the socket; turning it off restores the rules.
+func TestSteerAll(t *testing.T) {
+	p := loadOrSkip(t, Options{})
+	require.NoError(t, p.RegisterSocket(0, xskFD(t)))
+	require.NoError(t, p.SteerDst(vipPort4, 6, 80))
+	frames := [][]byte{
+		arpFrame(t, false),
+		tcp(client4, prober4, 1, 2).frame(t),
+		tcp(client4, vipPort4, 40000, 80).frame(t),
+		make([]byte, 14), // no EtherType the rules know
+	}
+	require.NoError(t, p.SetSteerAll(true))
+	for i, f := range frames {
+		ret, d := runFrame(t, p, f)
+		assert.Equal(t, uint32(xdpRedirect), ret, "frame %d", i)
+		assert.Equal(t, Stats{Redirected: 1, MatchedAll: 1}, d, "frame %d", i)
+	}
+	require.NoError(t, p.SetSteerAll(false))
+	ret, _ := runFrame(t, p, frames[0])
+	assert.Equal(t, uint32(xdpPass), ret, "ARP passes again")
+	ret, _ = runFrame(t, p, frames[2])
+	assert.Equal(t, uint32(xdpRedirect), ret, "the VIP rule still holds")
+	assert.Equal(t, uint32(classDstPort), mapClasses(t, p))
+}

@@ -140,6 +140,7 @@ struct lpm_key {
 #define CLASS_SRC_PORT (1 << 4)  /* (src, port) with port != 0 */
 #define CLASS_SRC_ADDR (1 << 5)  /* (src, 0) */
 #define CLASS_INFRA (1 << 6)     /* infra trie not empty */
+#define CLASS_ALL (1 << 7)       /* steer every frame (l2fwd, benchmarks) */
 
 struct steer_config {
 	__u32 classes;
@@ -159,6 +160,7 @@ struct steer_counters {
 	__u64 match_dst;
 	__u64 match_vxlan;
 	__u64 match_src;
+	__u64 match_all;
 };
 
 /* Sizes are placeholders: Load sets them from Options. */
@@ -244,6 +246,10 @@ int xdp_steer(struct xdp_md *ctx)
 	if (!st || !cfg)
 		return XDP_PASS; /* cannot happen: arrays of one entry */
 	classes = cfg->classes;
+	if (classes & CLASS_ALL) {
+		st->match_all++;
+		goto redirect;
+	}
 
 	if (data + ETH_HLEN > end)
 		goto malformed;
