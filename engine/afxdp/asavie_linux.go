@@ -1,0 +1,224 @@
+//go:build linux
+
+package afxdp
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/asavie/xdp"
+	"golang.org/x/sys/unix"
+
+	"github.com/xdplb/xdplb/engine"
+)
+
+// asavieSock adapts github.com/asavie/xdp's Socket, used as it is, to the
+// Port contract (RingAsavie). asavie marks a chunk free as soon as it is
+// received, so chunks the worker still holds are tracked here and skipped
+// when asavie hands out "free" chunks for the fill ring or for TX copies.
+type asavieSock struct {
+	x    *xdp.Socket
+	umem []byte
+	fs   uint64
+	mask uint64
+
+	held  []bool // by chunk index: in a packet the worker holds
+	nheld int
+
+	txDescs []xdp.Desc // Transmit scratch
+	spare   []xdp.Desc // free chunks minus held ones
+	txSize  int
+}
+
+// asavieFlagsMu serialises asavie's package-level bind flags.
+var asavieFlagsMu sync.Mutex
+
+func openAsavie(cfg Config, ifindex int) (*asavieSock, error) {
+	var flags uint16
+	switch cfg.Mode {
+	case BindCopy:
+		flags = unix.XDP_COPY
+	case BindZeroCopy:
+		flags = unix.XDP_ZEROCOPY
+	}
+	asavieFlagsMu.Lock()
+	xdp.DefaultSocketFlags = flags
+	x, err := xdp.NewSocket(ifindex, cfg.Queue, &xdp.SocketOptions{
+		NumFrames:              cfg.NumFrames,
+		FrameSize:              cfg.FrameSize,
+		FillRingNumDescs:       cfg.FillRingSize,
+		CompletionRingNumDescs: cfg.CompletionRingSize,
+		RxRingNumDescs:         cfg.RXRingSize,
+		TxRingNumDescs:         cfg.TXRingSize,
+	})
+	xdp.DefaultSocketFlags = 0
+	asavieFlagsMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("afxdp: asavie: %w", err)
+	}
+	// The copy-mode TX budget is a kernel setting, not ring code: raise it
+	// as for RingOwn so both are measured alike.
+	_ = unix.SetsockoptInt(x.FD(), unix.SOL_XDP, xdpMaxTXSkbBudget, cfg.TXRingSize)
+	total := cfg.NumFrames * cfg.FrameSize
+	a := &asavieSock{
+		x:       x,
+		umem:    x.GetFrame(xdp.Desc{Addr: 0, Len: uint32(total)}),
+		fs:      uint64(cfg.FrameSize),
+		mask:    uint64(cfg.FrameSize - 1),
+		held:    make([]bool, cfg.NumFrames),
+		txDescs: make([]xdp.Desc, 0, cfg.TXRingSize),
+		spare:   make([]xdp.Desc, 0, max(cfg.TXRingSize, cfg.FillRingSize)),
+		txSize:  cfg.TXRingSize,
+	}
+	return a, nil
+}
+
+// freeDescs returns up to n chunks asavie considers free, minus the held
+// ones.
+func (a *asavieSock) freeDescs(n int) []xdp.Desc {
+	descs := a.x.GetDescs(n + a.nheld)
+	if a.nheld == 0 {
+		return descs[:min(n, len(descs))]
+	}
+	out := a.spare[:0]
+	for _, d := range descs {
+		if len(out) == n {
+			break
+		}
+		if !a.held[d.Addr/a.fs] {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func (a *asavieSock) fillUp() {
+	if n := a.x.NumFreeFillSlots(); n > 0 {
+		a.x.Fill(a.freeDescs(n))
+	}
+}
+
+func (a *asavieSock) receive(p *Port, b *engine.Batch, pool []engine.Packet, inPort uint16) int {
+	want := min(b.Cap(), len(pool))
+	if want <= 0 {
+		return 0
+	}
+	descs := a.x.Receive(want)
+	fs := a.fs
+	var bytes uint64
+	for i, d := range descs {
+		base := d.Addr &^ a.mask
+		pk := &pool[i]
+		pk.SetBuffer(p, base, a.umem[base:base+fs:base+fs], int(d.Addr-base), int(d.Len), inPort)
+		b.Append(pk)
+		a.held[base/fs] = true
+		bytes += uint64(d.Len)
+	}
+	a.nheld += len(descs)
+	p.c[cRXFrames] += uint64(len(descs))
+	p.c[cRXBytes] += bytes
+	return len(descs)
+}
+
+func (a *asavieSock) transmit(p *Port, pkts []*engine.Packet) int {
+	if len(pkts) == 0 {
+		return 0
+	}
+	fs := a.fs
+	foreign := 0
+	for _, pk := range pkts {
+		if o, _ := pk.Owner(); o != engine.Port(p) {
+			foreign++
+		}
+	}
+	var spare []xdp.Desc
+	if foreign > 0 {
+		spare = a.freeDescs(foreign)
+	}
+	descs := a.txDescs[:0]
+	last := len(pkts)
+	i, si := 0, 0
+	var bytes uint64
+	for i < last && len(descs) < cap(descs) {
+		pk := pkts[i]
+		n := pk.Len()
+		owner, frame := pk.Owner()
+		if n <= 0 || uint64(n) > fs {
+			last--
+			pkts[i], pkts[last] = pkts[last], pkts[i]
+			p.c[cTXTooBig]++
+			continue
+		}
+		if owner == engine.Port(p) {
+			descs = append(descs, xdp.Desc{Addr: frame + uint64(pk.Headroom()), Len: uint32(n)})
+		} else {
+			if si == len(spare) {
+				break
+			}
+			base := spare[si].Addr
+			si++
+			off := min(p.copyOff, fs-uint64(n))
+			copy(a.umem[base+off:base+off+uint64(n)], pk.Data())
+			descs = append(descs, xdp.Desc{Addr: base + off, Len: uint32(n)})
+			p.c[cTXCopied]++
+		}
+		bytes += uint64(n)
+		i++
+	}
+	k := a.x.Transmit(descs) // one sendto per call, as asavie does
+	p.c[cTXKicks]++
+	for _, pk := range pkts[:k] {
+		if owner, frame := pk.Owner(); owner == engine.Port(p) {
+			pk.MarkSent()
+			a.held[frame/fs] = false
+			a.nheld--
+		}
+	}
+	p.c[cTXFrames] += uint64(k)
+	if k < i {
+		for _, d := range descs[k:] {
+			bytes -= uint64(d.Len)
+		}
+	}
+	p.c[cTXBytes] += bytes
+	if rest := last - k; rest > 0 {
+		p.c[cTXRingFull] += uint64(rest)
+	}
+	return k
+}
+
+func (a *asavieSock) release(p *Port, pkts []*engine.Packet) {
+	for _, pk := range pkts {
+		owner, frame := pk.Owner()
+		if owner != engine.Port(p) || pk.Sent() {
+			continue
+		}
+		if idx := frame / a.fs; a.held[idx] {
+			a.held[idx] = false
+			a.nheld--
+		}
+	}
+}
+
+func (a *asavieSock) flush(p *Port) {
+	if a.x.NumTransmitted() > 0 {
+		// Entries the kernel has not consumed yet: kick once more.
+		if a.x.NumFreeTxSlots() < a.txSize {
+			a.x.Transmit(nil)
+			p.c[cTXKicks]++
+		}
+		if n := a.x.NumCompleted(); n > 0 {
+			a.x.Complete(n)
+			p.c[cCompleted] += uint64(n)
+		}
+	}
+	a.fillUp()
+}
+
+func (a *asavieSock) frames(p *Port) Frames {
+	f := Frames{Kernel: a.x.NumFilled(), Held: a.nheld, TX: a.x.NumTransmitted()}
+	f.Free = p.cfg.NumFrames - f.Kernel - f.Held - f.TX
+	return f
+}
+
+func (a *asavieSock) close() error { return a.x.Close() }

@@ -1,0 +1,554 @@
+package flow
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+)
+
+// StateClass is the coarse TCP state of a flow, which picks its idle
+// timeout. The data path derives it from the packets the Mux sees (only the
+// client's direction under DSR).
+type StateClass uint8
+
+// State classes.
+const (
+	// ClassUntrusted: only a SYN has been seen. Such entries live on a short
+	// leash and are the only live entries an insert may evict when the
+	// table is full, so a SYN flood cannot push out established flows
+	// (Ananta's defence).
+	ClassUntrusted StateClass = iota
+	// ClassEstablished: the handshake completed (a non-SYN packet seen).
+	ClassEstablished
+	// ClassClosing: a FIN or RST has been seen.
+	ClassClosing
+	// ClassUDP: UDP and any other non-TCP protocol.
+	ClassUDP
+
+	ctClasses = 4
+)
+
+// String returns the class name.
+func (c StateClass) String() string {
+	switch c {
+	case ClassUntrusted:
+		return "untrusted"
+	case ClassEstablished:
+		return "established"
+	case ClassClosing:
+		return "closing"
+	case ClassUDP:
+		return "udp"
+	}
+	return "class(" + itoa(uint64(c)) + ")"
+}
+
+// Tick is a ConnTable timestamp: milliseconds since the table's epoch (its
+// construction), in 32 bits. The data path reads the clock once per batch
+// (ConnTable.Now) and passes the tick to every call; tests pass synthetic
+// ticks. Ticks wrap after 49.7 days; the table compares them as a signed
+// 32-bit difference, which is right while an entry's idle time is below
+// 24.8 days. Timeouts are capped at MaxConnTimeout and the ager sweeps the
+// table continuously, so no live entry gets near that.
+type Tick uint32
+
+// Ticks converts a duration to ticks (whole milliseconds, rounded down).
+func Ticks(d time.Duration) Tick { return Tick(d / time.Millisecond) }
+
+// MaxConnTimeout is the longest idle timeout a ConnTable accepts.
+const MaxConnTimeout = 7 * 24 * time.Hour
+
+// Timeouts are the idle timeouts per state class: an entry not seen for
+// longer than its class's timeout is a miss for Lookup and is removed by
+// Age. A zero field takes its value from DefaultTimeouts.
+type Timeouts struct {
+	Untrusted   time.Duration
+	Established time.Duration
+	Closing     time.Duration
+	UDP         time.Duration
+}
+
+// DefaultTimeouts returns the timeouts a zero Timeouts field takes:
+//
+//   - Untrusted 10s: long enough for a client's SYN retransmissions at 1s
+//     and 3s and a slow handshake, short enough that a SYN flood's entries
+//     drain quickly (and they are evictable meanwhile).
+//   - Established 15m: as IPVS's TCP established timeout. The Mux sees only
+//     the client's direction, so an idle but open connection (HTTP
+//     keep-alive pools, SSH) must survive minutes without packets; when it
+//     does expire, the consistent hash still sends it to the same backend
+//     unless the backend set changed meanwhile.
+//   - Closing 10s: after a FIN or RST only stragglers and the client's ACKs
+//     of a half-closed stream remain, and each one refreshes the entry.
+//   - UDP 60s: common NAT and IPVS practice for datagram "flows".
+func DefaultTimeouts() Timeouts {
+	return Timeouts{
+		Untrusted:   10 * time.Second,
+		Established: 15 * time.Minute,
+		Closing:     10 * time.Second,
+		UDP:         60 * time.Second,
+	}
+}
+
+// ConnTableConfig is the plain, checkable configuration of a ConnTable.
+type ConnTableConfig struct {
+	// Capacity is the number of IPv4 flows the table is sized for; fixed at
+	// construction. The table allocates 1.75 slots per flow, so that a table
+	// filled to Capacity with hashed keys almost never finds both
+	// candidate buckets of a new key full (see ConnTable).
+	Capacity int
+	// IPv6Capacity is the number of IPv6 flows the separate IPv6 table is
+	// sized for; 0 selects Capacity/8 (IPv6 slots are twice as large).
+	IPv6Capacity int
+	// Timeouts are the idle timeouts per state class.
+	Timeouts Timeouts
+}
+
+// ErrConnTableConfig is wrapped by every error NewConnTable returns.
+var ErrConnTableConfig = errors.New("flow: invalid ConnTable config")
+
+// maxConnCapacity bounds Capacity so that sizes cannot overflow.
+const maxConnCapacity = 1 << 30
+
+// InsertResult says what Insert did.
+type InsertResult uint8
+
+// Insert results.
+const (
+	// InsertNew: the flow was stored in a free slot, or over an entry of
+	// the same key that had expired.
+	InsertNew InsertResult = iota
+	// InsertUpdated: the flow was present; its backend and class were
+	// overwritten and its last-seen refreshed.
+	InsertUpdated
+	// InsertEvicted: the flow was stored over another flow's entry because
+	// both candidate buckets were full: an expired entry if there was one
+	// (counted in Stats.Expired), else the least recently seen untrusted
+	// entry (counted in Stats.Evictions).
+	InsertEvicted
+	// InsertRefused: both candidate buckets were full of live entries that
+	// are not untrusted; nothing was stored (Stats.Refused).
+	InsertRefused
+	// InsertBusy: another writer held a candidate bucket for longer than a
+	// data-path insert waits (it was descheduled); nothing was stored
+	// (Stats.Busy).
+	InsertBusy
+	// InsertInvalid: the key is not a valid IPv4 or IPv6 flow, its VNI
+	// does not fit in 24 bits, or the class is not one of the four;
+	// nothing was stored.
+	InsertInvalid
+)
+
+// Stored reports whether the flow is in the table after the insert.
+func (r InsertResult) Stored() bool { return r <= InsertEvicted }
+
+// String returns the result's name.
+func (r InsertResult) String() string {
+	switch r {
+	case InsertNew:
+		return "new"
+	case InsertUpdated:
+		return "updated"
+	case InsertEvicted:
+		return "evicted"
+	case InsertRefused:
+		return "refused"
+	case InsertBusy:
+		return "busy"
+	case InsertInvalid:
+		return "invalid"
+	}
+	return "result(" + itoa(uint64(r)) + ")"
+}
+
+// ConnTableStats are the table's counters since construction.
+type ConnTableStats struct {
+	Entries   int    // flows stored, including idle ones Age has not removed yet
+	Inserts   uint64 // flows stored by Insert (new, over an expired entry, or by eviction)
+	Updates   uint64 // Inserts of a present flow
+	Deletes   uint64 // flows removed by Delete
+	Evictions uint64 // live untrusted entries replaced by an Insert
+	Refused   uint64 // Inserts refused because both buckets were full
+	Expired   uint64 // idle entries removed by Age or reused by Insert
+	Busy      uint64 // Inserts and SetClasses given up on a held bucket
+	Contended uint64 // Lookups that gave up on a bucket held by a descheduled writer (a miss)
+}
+
+// ctStripes is the number of counter stripes. A writer counts into the
+// stripe of the bucket it worked on, so writers on different buckets rarely
+// share a counter cache line; readers (Lookup) count nothing on success.
+const ctStripes = 64
+
+// connStripe is one cache line of counters.
+type connStripe struct {
+	inserts, updates, deletes, evictions, refused, expired, busy, contended atomic.Uint64
+}
+
+// ConnTable maps flows to backends: the Mux's connection table, which keeps
+// an established flow on its backend (DIP) when the VIP's pool changes
+// under it (Ananta, Katran). It is safe for concurrent use by any number
+// of goroutines; Lookup never locks, never allocates and never waits for a
+// writer that is not running.
+//
+// # Layout
+//
+// Two fixed arrays of buckets, allocated once at construction: one for
+// IPv4 keys and one for IPv6 keys. A bucket holds a 64-bit header and five
+// slots and is cache-line aligned. An IPv4 slot is three words: the key
+// packed into two (source and destination address; ports, protocol and the
+// 24-bit VNI) and a value word (backend<<32 | last-seen tick), so an IPv4
+// bucket is 128 bytes, two cache lines. An IPv6 slot has five key words,
+// and its bucket is 256 bytes. The header holds a 32-bit sequence, a 4-bit
+// tag per slot (0 for a free slot, else 1..15 from the key's hash) and
+// each slot's 2-bit StateClass.
+//
+// A key hashes (a seeded multiply-mix, independent of the fleet's flow
+// hash) to two candidate buckets; it is stored in whichever held fewer
+// entries when it was inserted and never moves. Lookup loads both headers
+// first, so that both cache misses overlap, then, in the first bucket and
+// if need be the second, compares the key only with the slots whose tag
+// matches (found with a few SWAR operations on the header): usually just
+// the right one, so a hit reads one or two cache lines. With two choices of
+// five slots the fullest bucket stays close to the mean: at 1.75 slots per
+// flow of Capacity, filling a table to Capacity with random keys leaves
+// both candidate buckets of a new key full for only a few keys per million
+// (simulated: about 3 per million at 100% of Capacity, the first near 94%).
+//
+// # Seqlock protocol
+//
+// Every shared word is read and written with sync/atomic. A writer claims
+// a bucket by CAS of its header from an even sequence s to s+1, writes the
+// slots, and publishes the new tags and classes with sequence s+2 in a
+// single store. A reader loads the header (again while it is odd),
+// compares the slots whose tag matches, loads the value word of a match,
+// and loads the header again: if it changed, the read raced a writer and
+// is retried. An
+// Insert claims both candidate buckets, lower index first, so two inserts
+// of the same key cannot both place it and writers cannot deadlock; Delete,
+// SetClass and Age claim only the bucket that holds the entry. Data-path
+// writers give up after a bounded number of attempts (InsertBusy) and
+// readers after a bounded number of retries (a miss, counted in
+// Stats.Contended); either only happens when the writer holding the bucket
+// was descheduled mid-write.
+//
+// Lookup refreshes last-seen only when it lags now by more than 1/32 of
+// the class's timeout, so a busy flow dirties its cache line a few dozen
+// times per timeout rather than per packet, at the price of expiring up to
+// 3% early. The refresh is a CAS on the value word, not a store: if a
+// writer replaced the slot after the read, the CAS fails rather than
+// writing this flow's backend into another flow's entry.
+//
+// # Eviction
+//
+// An Insert whose two buckets are full takes, in order: an entry idle past
+// its class's timeout (the longest idle first), else the least recently
+// seen ClassUntrusted entry, else it refuses. Established, closing and UDP
+// flows are never evicted while live. Nothing loops unboundedly and nothing
+// allocates. Age removes idle entries in the background, a bounded number
+// of slots per call.
+//
+// # Memory
+//
+// 128 bytes per 5 IPv4 slots is 25.6 bytes per slot, 44.8 bytes per flow of
+// Capacity; the default IPv6 table (Capacity/8 flows at 51.2 bytes per
+// slot) adds 11.2, so MemoryBytes/Capacity is about 56 bytes, plus 4 KiB of
+// counter stripes.
+type ConnTable struct {
+	v4      ctTable[[3]atomic.Uint64, [0]uint64]
+	v6      ctTable[[6]atomic.Uint64, [1]uint64]
+	seed    [4]uint64
+	timeout [ctClasses]uint32 // ticks, indexed by StateClass
+	slack   [ctClasses]uint32 // how stale last-seen may get before Lookup refreshes it: timeout/32
+	cfg     ConnTableConfig
+	epoch   time.Time
+	stripes []connStripe
+
+	// cursor is Age's next bucket, over v4 then v6. It is written by the
+	// ager, so it lives on a cache line of its own, away from the
+	// read-only fields above that every Lookup reads.
+	_      [ctCacheLine]byte
+	cursor atomic.Uint64
+	_      [ctCacheLine - 8]byte
+}
+
+// NewConnTable validates cfg and allocates the table.
+func NewConnTable(cfg ConnTableConfig) (*ConnTable, error) {
+	if cfg.Capacity <= 0 || cfg.Capacity > maxConnCapacity {
+		return nil, fmt.Errorf("%w: Capacity must be in [1, %d], got %d", ErrConnTableConfig, maxConnCapacity, cfg.Capacity)
+	}
+	if cfg.IPv6Capacity < 0 || cfg.IPv6Capacity > maxConnCapacity {
+		return nil, fmt.Errorf("%w: IPv6Capacity must be in [0, %d], got %d", ErrConnTableConfig, maxConnCapacity, cfg.IPv6Capacity)
+	}
+	if cfg.IPv6Capacity == 0 {
+		cfg.IPv6Capacity = max(cfg.Capacity/8, 1)
+	}
+	if size := uint64(ctBucketsFor(cfg.Capacity))*128 + uint64(ctBucketsFor(cfg.IPv6Capacity))*256; size > math.MaxInt/2 {
+		return nil, fmt.Errorf("%w: %d bytes of buckets do not fit this platform's address space", ErrConnTableConfig, size)
+	}
+	def := DefaultTimeouts()
+	to := []struct {
+		name string
+		d    *time.Duration
+		def  time.Duration
+	}{
+		{"Untrusted", &cfg.Timeouts.Untrusted, def.Untrusted},
+		{"Established", &cfg.Timeouts.Established, def.Established},
+		{"Closing", &cfg.Timeouts.Closing, def.Closing},
+		{"UDP", &cfg.Timeouts.UDP, def.UDP},
+	}
+	t := &ConnTable{}
+	for i, f := range to {
+		switch {
+		case *f.d == 0:
+			*f.d = f.def
+		case *f.d < time.Millisecond || *f.d > MaxConnTimeout:
+			return nil, fmt.Errorf("%w: Timeouts.%s must be in [1ms, %v] (or 0 for the default), got %v",
+				ErrConnTableConfig, f.name, MaxConnTimeout, *f.d)
+		}
+		t.timeout[i] = uint32(Ticks(*f.d))
+		t.slack[i] = t.timeout[i] / 32
+	}
+	t.cfg = cfg
+	t.v4 = newCtTable[[3]atomic.Uint64, [0]uint64](ctBucketsFor(cfg.Capacity))
+	t.v6 = newCtTable[[6]atomic.Uint64, [1]uint64](ctBucketsFor(cfg.IPv6Capacity))
+	t.stripes = ctAligned[connStripe](ctStripes)
+	for i := range t.seed {
+		t.seed[i] = rand.Uint64() | 1
+	}
+	t.epoch = time.Now()
+	return t, nil
+}
+
+// ctBucketsFor returns the buckets for n flows: 1.75 slots per flow, at least
+// two buckets so that every key has two distinct candidates.
+func ctBucketsFor(n int) int {
+	return max(int((uint64(n)*7+4*ctSlots-1)/(4*ctSlots)), 2)
+}
+
+// Config returns the configuration in force, defaults filled in.
+func (t *ConnTable) Config() ConnTableConfig { return t.cfg }
+
+// Now returns the current tick. Call it once per batch, not per packet.
+func (t *ConnTable) Now() Tick { return t.TickAt(time.Now()) }
+
+// TickAt converts a wall-clock reading to a tick of this table. Times
+// before the table's construction wrap around.
+func (t *ConnTable) TickAt(tm time.Time) Tick { return Tick(tm.Sub(t.epoch) / time.Millisecond) }
+
+func (t *ConnTable) stripe(i uint64) *connStripe { return &t.stripes[i&(ctStripes-1)] }
+
+// mum is a multiply-mix: the two halves of the 128-bit product folded.
+func ctMum(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
+}
+
+// ctPortWord packs ports, protocol and VNI into one key word.
+func ctPortWord(k *Key) uint64 {
+	return uint64(k.SrcPort) | uint64(k.DstPort)<<16 | uint64(k.Proto)<<32 | uint64(k.VNI)<<40
+}
+
+// pack4 packs an IPv4 key into two words (only the first four bytes of
+// Src and Dst are used: Key guarantees the rest are zero) and hashes it.
+func (t *ConnTable) pack4(k *Key, p *ctKey) uint64 {
+	p[0] = uint64(binary.LittleEndian.Uint32(k.Src[:4])) | uint64(binary.LittleEndian.Uint32(k.Dst[:4]))<<32
+	p[1] = ctPortWord(k)
+	return ctMum(ctMum(p[0]^t.seed[0], p[1]^t.seed[1]), t.seed[2])
+}
+
+// pack6 packs an IPv6 key into five words and hashes it.
+func (t *ConnTable) pack6(k *Key, p *ctKey) uint64 {
+	p[0] = binary.LittleEndian.Uint64(k.Src[:8])
+	p[1] = binary.LittleEndian.Uint64(k.Src[8:])
+	p[2] = binary.LittleEndian.Uint64(k.Dst[:8])
+	p[3] = binary.LittleEndian.Uint64(k.Dst[8:])
+	p[4] = ctPortWord(k)
+	h := ctMum(p[0]^t.seed[0], p[1]^t.seed[1])
+	h = ctMum(h^p[2]^t.seed[2], p[3]^t.seed[3])
+	return ctMum(h^p[4], t.seed[0]^t.seed[2])
+}
+
+// family classifies a key: 4, 6, or 0 for one the table cannot hold.
+func ctFamily(k *Key) uint8 {
+	if k.VNI>>24 != 0 {
+		return 0
+	}
+	switch k.Family {
+	case FamilyIPv4, FamilyIPv6:
+		return k.Family
+	}
+	return 0
+}
+
+// Lookup returns the backend and class of flow k if it is present and not
+// idle past its timeout at now, and refreshes its last-seen tick (lazily:
+// see ConnTable). It never locks and never allocates.
+func (t *ConnTable) Lookup(k *Key, now Tick) (backend uint32, class StateClass, ok bool) {
+	var p ctKey
+	switch ctFamily(k) {
+	case FamilyIPv4:
+		return t.v4.lookup(&p, t.pack4(k, &p), now, t)
+	case FamilyIPv6:
+		return t.v6.lookup(&p, t.pack6(k, &p), now, t)
+	}
+	return 0, 0, false
+}
+
+// Insert stores flow k → backend with the given class, last seen at now,
+// or overwrites it if present. When both candidate buckets are full it
+// reuses an expired entry, else evicts the least recently seen untrusted
+// one, else refuses. It never blocks the data path: if another writer holds
+// a bucket too long it returns InsertBusy.
+func (t *ConnTable) Insert(k *Key, backend uint32, class StateClass, now Tick) InsertResult {
+	var p ctKey
+	if class >= ctClasses {
+		return InsertInvalid
+	}
+	switch ctFamily(k) {
+	case FamilyIPv4:
+		return t.v4.insert(&p, t.pack4(k, &p), backend, class, now, t)
+	case FamilyIPv6:
+		return t.v6.insert(&p, t.pack6(k, &p), backend, class, now, t)
+	}
+	return InsertInvalid
+}
+
+// SetClass changes the class of flow k and refreshes its last-seen tick.
+// It reports false if k is absent or expired, if class is not one of the
+// four (or, rarely, if its bucket was held by a descheduled writer;
+// Stats.Busy).
+func (t *ConnTable) SetClass(k *Key, class StateClass, now Tick) bool {
+	var p ctKey
+	if class >= ctClasses {
+		return false
+	}
+	switch ctFamily(k) {
+	case FamilyIPv4:
+		return t.v4.setClass(&p, t.pack4(k, &p), class, now, t)
+	case FamilyIPv6:
+		return t.v6.setClass(&p, t.pack6(k, &p), class, now, t)
+	}
+	return false
+}
+
+// Delete removes flow k and reports whether it was present (expired or
+// not). It may yield the processor while another writer holds the bucket,
+// so it is meant for control and maintenance paths.
+func (t *ConnTable) Delete(k *Key) bool {
+	var p ctKey
+	switch ctFamily(k) {
+	case FamilyIPv4:
+		return t.v4.remove(&p, t.pack4(k, &p), t)
+	case FamilyIPv6:
+		return t.v6.remove(&p, t.pack6(k, &p), t)
+	}
+	return false
+}
+
+// Age is the incremental ager: it examines the next budget slots (rounded
+// up to whole buckets, at most the whole table) from a shared cursor and
+// removes entries idle past their timeout at now. Run it from a goroutine
+// with a budget that sweeps the table well within the shortest timeout,
+// e.g. Cap()/10 every second. Several agers may run at once; each takes its
+// own range of buckets. A bucket a writer holds is skipped until the next
+// sweep.
+func (t *ConnTable) Age(now Tick, budget int) (scanned, expired int) {
+	total := t.v4.n + t.v6.n
+	nb := min(uint64((max(budget, 1)+ctSlots-1)/ctSlots), total)
+	i := (t.cursor.Add(nb) - nb) % total
+	for range nb {
+		if i < t.v4.n {
+			expired += t.v4.age(i, now, t)
+		} else {
+			expired += t.v6.age(i-t.v4.n, now, t)
+		}
+		if i++; i == total {
+			i = 0
+		}
+	}
+	return int(nb) * ctSlots, expired
+}
+
+// Len returns the number of flows stored (including idle ones not yet
+// aged out). Under concurrent writes it is a close estimate.
+func (t *ConnTable) Len() int { return t.Stats().Entries }
+
+// Cap returns the number of slots, IPv4 and IPv6: the most flows the table
+// can ever hold. It is 1.75 × (Capacity + IPv6Capacity), rounded up to
+// whole buckets.
+func (t *ConnTable) Cap() int { return int(t.v4.n+t.v6.n) * ctSlots }
+
+// Stats sums the counters. It is for metrics, not the data path.
+func (t *ConnTable) Stats() ConnTableStats {
+	var s ConnTableStats
+	for i := range t.stripes {
+		c := &t.stripes[i]
+		s.Inserts += c.inserts.Load()
+		s.Updates += c.updates.Load()
+		s.Deletes += c.deletes.Load()
+		s.Evictions += c.evictions.Load()
+		s.Refused += c.refused.Load()
+		s.Expired += c.expired.Load()
+		s.Busy += c.busy.Load()
+		s.Contended += c.contended.Load()
+	}
+	s.Entries = max(int(s.Inserts-s.Deletes-s.Expired-s.Evictions), 0)
+	return s
+}
+
+// MemoryBytes returns the bytes the table allocated for its buckets and
+// counters; MemoryBytes()/Len() is its memory per flow.
+func (t *ConnTable) MemoryBytes() int {
+	return ctBytes(t.v4.b) + ctBytes(t.v6.b) + ctBytes(t.stripes)
+}
+
+// Range calls fn for every stored flow, idle ones included, until fn
+// returns false. Each bucket is read consistently; the table as a whole is
+// not a snapshot. It is for debugging and metrics, not the data path.
+func (t *ConnTable) Range(fn func(k Key, backend uint32, class StateClass, lastSeen Tick) bool) {
+	var es [ctSlots]ctEntry
+	for i := range t.v4.n {
+		for _, e := range es[:t.v4.snapshot(i, &es)] {
+			if !fn(ctUnpack4(&e.k), ctBackend(e.v), e.cls, ctSeen(e.v)) {
+				return
+			}
+		}
+	}
+	for i := range t.v6.n {
+		for _, e := range es[:t.v6.snapshot(i, &es)] {
+			if !fn(ctUnpack6(&e.k), ctBackend(e.v), e.cls, ctSeen(e.v)) {
+				return
+			}
+		}
+	}
+}
+
+func ctUnpackPorts(k *Key, w uint64) {
+	k.SrcPort = uint16(w)
+	k.DstPort = uint16(w >> 16)
+	k.Proto = uint8(w >> 32)
+	k.VNI = uint32(w >> 40)
+}
+
+func ctUnpack4(p *ctKey) Key {
+	k := Key{Family: FamilyIPv4}
+	binary.LittleEndian.PutUint32(k.Src[:4], uint32(p[0]))
+	binary.LittleEndian.PutUint32(k.Dst[:4], uint32(p[0]>>32))
+	ctUnpackPorts(&k, p[1])
+	return k
+}
+
+func ctUnpack6(p *ctKey) Key {
+	k := Key{Family: FamilyIPv6}
+	binary.LittleEndian.PutUint64(k.Src[:8], p[0])
+	binary.LittleEndian.PutUint64(k.Src[8:], p[1])
+	binary.LittleEndian.PutUint64(k.Dst[:8], p[2])
+	binary.LittleEndian.PutUint64(k.Dst[8:], p[3])
+	ctUnpackPorts(&k, p[4])
+	return k
+}

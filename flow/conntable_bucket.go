@@ -1,0 +1,570 @@
+package flow
+
+import (
+	"math/bits"
+	"runtime"
+	"sync/atomic"
+	"unsafe"
+)
+
+// This file holds the bucket table behind ConnTable. One generic
+// implementation serves both key widths: an IPv4 slot is 3 words (2 key
+// words and the value word), an IPv6 slot 6 words (5 key words and the
+// value word). Go compiles one copy per slot shape, so the key loops below
+// run over a constant length.
+
+const (
+	ctSlots     = 5
+	ctCacheLine = 64
+
+	// Bucket header: bits 0..31 sequence (odd while a writer is inside),
+	// bits 32..51 a 4-bit tag per slot (0 = free), bits 52..61 a 2-bit
+	// class per slot. Slot masks below have bit 4j set for slot j.
+	ctSeqMask  = 1<<32 - 1
+	ctTagShift = 32
+	ctTagMask  = 1<<(4*ctSlots) - 1
+	ctClsShift = ctTagShift + 4*ctSlots
+	ctLanes    = 0x11111 // bit 0 of each slot's tag nibble
+
+	// ctReadSpins bounds how often a reader re-reads a bucket that a writer
+	// holds or changed under it before it reports a miss (counted in
+	// Stats.Contended). A writer holds a bucket for a few dozen
+	// instructions; running out of spins means the writer was descheduled.
+	ctReadSpins = 256
+	// ctLockSpins bounds how often a data-path writer (Insert, SetClass)
+	// tries to claim a bucket before it gives up with InsertBusy.
+	ctLockSpins = 256
+)
+
+// ctSlotWords is the shape of a slot: key words followed by the value word
+// (backend<<32 | last seen tick).
+type ctSlotWords interface {
+	[3]atomic.Uint64 | [6]atomic.Uint64
+}
+
+// ctPad rounds a bucket up to a whole number of cache lines.
+type ctPad interface{ [0]uint64 | [1]uint64 }
+
+// ctBucket is one seqlocked group of slots: 128 bytes (two cache lines) for
+// IPv4, 256 bytes for IPv6.
+type ctBucket[S ctSlotWords, P ctPad] struct {
+	_    P // first: a zero-size last field would be padded
+	hdr  atomic.Uint64
+	slot [ctSlots]S
+}
+
+// ctKey holds a Key as machine words: 2 are used for IPv4, 5 for IPv6.
+type ctKey [5]uint64
+
+// ctNonZero returns the slot mask of the nonzero nibbles of x.
+func ctNonZero(x uint64) uint64 { return (x | x>>1 | x>>2 | x>>3) & ctLanes }
+
+// ctOcc returns the slot mask of the occupied slots.
+func ctOcc(h uint64) uint64 { return ctNonZero(h >> ctTagShift & ctTagMask) }
+
+// ctMatch returns the slot mask of the slots whose tag is tag (SWAR: the
+// nibbles of tags XOR tag that are zero). Free slots never match, since a
+// tag is never 0.
+func ctMatch(h, tag uint64) uint64 {
+	return ^ctNonZero(h>>ctTagShift&ctTagMask^tag*ctLanes) & ctLanes
+}
+
+// ctSlot turns the lowest bit of a slot mask into a slot index.
+func ctSlot(m uint64) int { return bits.TrailingZeros64(m) >> 2 }
+
+// ctClass returns the class of slot j.
+func ctClass(h uint64, j int) StateClass { return StateClass(h>>(ctClsShift+2*j)) & 3 }
+
+// ctSet marks slot j occupied with tag and class c.
+func ctSet(h uint64, j int, tag uint64, c StateClass) uint64 {
+	cs, ts := uint(ctClsShift+2*j), uint(ctTagShift+4*j)
+	return h&^(3<<cs|0xf<<ts) | uint64(c&3)<<cs | tag<<ts
+}
+
+// ctSetClass changes the class of occupied slot j.
+func ctSetClass(h uint64, j int, c StateClass) uint64 {
+	cs := uint(ctClsShift + 2*j)
+	return h&^(3<<cs) | uint64(c&3)<<cs
+}
+
+// ctClear marks slot j free.
+func ctClear(h uint64, j int) uint64 {
+	return h &^ (3<<(ctClsShift+2*j) | 0xf<<(ctTagShift+4*j))
+}
+
+// ctTag derives a slot's 4-bit tag (never 0) from the key hash: from bits
+// 0..3 and 32..35, which the bucket indexes hardly depend on, so that keys
+// sharing a bucket have independent tags.
+func ctTag(hash uint64) uint64 {
+	t := (hash ^ hash>>32) & 0xf
+	if t == 0 {
+		t = 0xf
+	}
+	return t
+}
+
+// ctNext returns h with its sequence advanced by one, wrapping within its
+// 32 bits.
+func ctNext(h uint64) uint64 { return h&^ctSeqMask | (h+1)&ctSeqMask }
+
+func ctVal(backend uint32, seen Tick) uint64 { return uint64(backend)<<32 | uint64(seen) }
+
+func ctBackend(v uint64) uint32 { return uint32(v >> 32) }
+
+func ctSeen(v uint64) Tick { return Tick(uint32(v)) }
+
+// ctIdle reports whether an entry last seen at seen is past timeout at now.
+// Ticks wrap; a difference that is negative as an int32 (a worker with a
+// slightly older clock reading) counts as fresh.
+func ctIdle(now, seen Tick, timeout uint32) bool {
+	return int32(uint32(now-seen)) > int32(timeout)
+}
+
+// tryLock claims the bucket, spinning at most ctLockSpins times, and returns
+// the header as it stands while held (odd sequence).
+func (b *ctBucket[S, P]) tryLock() (uint64, bool) {
+	for range ctLockSpins {
+		h := b.hdr.Load()
+		if h&1 == 0 && b.hdr.CompareAndSwap(h, h+1) {
+			return h + 1, true
+		}
+	}
+	return 0, false
+}
+
+// lockWait claims the bucket, yielding the processor while another writer
+// holds it. Only off the data path (Delete).
+func (b *ctBucket[S, P]) lockWait() uint64 {
+	for {
+		if h, ok := b.tryLock(); ok {
+			return h
+		}
+		runtime.Gosched()
+	}
+}
+
+// unlock publishes held (the header as modified under the lock) with the
+// next even sequence.
+func (b *ctBucket[S, P]) unlock(held uint64) { b.hdr.Store(ctNext(held)) }
+
+// unlockUnchanged releases a bucket whose slots the holder did not touch.
+// Restoring the old even sequence spares readers a retry; it is safe
+// because no word of the bucket changed.
+func (b *ctBucket[S, P]) unlockUnchanged(held uint64) { b.hdr.Store(held - 1) }
+
+// ctKeyWords is the number of key words in a slot of shape S. (It takes
+// the length of a local zero value: len of a slot in the table would count
+// as a read of the whole slot under the race detector.)
+func ctKeyWords[S ctSlotWords]() int {
+	var s S
+	return len(s) - 1
+}
+
+// word returns word w of slot j. It indexes by address arithmetic: the
+// bounds are the callers' (j < ctSlots, w ≤ key words), and indexing a
+// type-parameter array would cost a bounds check and a dictionary load per
+// word on the hottest loop.
+func (b *ctBucket[S, P]) word(j, w int) *atomic.Uint64 {
+	var s S
+	return (*atomic.Uint64)(unsafe.Add(unsafe.Pointer(&b.slot), uintptr(j)*unsafe.Sizeof(s)+uintptr(w)*8))
+}
+
+// match reports whether slot j holds k.
+func (b *ctBucket[S, P]) match(j int, k *ctKey) bool {
+	for w := 0; w < ctKeyWords[S](); w++ {
+		if b.word(j, w).Load() != k[w] {
+			return false
+		}
+	}
+	return true
+}
+
+// find returns the slot of h that holds k, or -1. Only the slots whose tag
+// matches are compared, usually just the one that holds k.
+func (b *ctBucket[S, P]) find(h uint64, k *ctKey, tag uint64) int {
+	for m := ctMatch(h, tag); m != 0; m &= m - 1 {
+		if j := ctSlot(m); b.match(j, k) {
+			return j
+		}
+	}
+	return -1
+}
+
+// val returns the value word of slot j.
+func (b *ctBucket[S, P]) val(j int) *atomic.Uint64 { return b.word(j, ctKeyWords[S]()) }
+
+// store writes k and v into slot j; the caller holds the bucket.
+func (b *ctBucket[S, P]) store(j int, k *ctKey, v uint64) {
+	for w := 0; w < ctKeyWords[S](); w++ {
+		b.word(j, w).Store(k[w])
+	}
+	b.val(j).Store(v)
+}
+
+// load copies the key of slot j into k.
+func (b *ctBucket[S, P]) load(j int, k *ctKey) {
+	for w := 0; w < ctKeyWords[S](); w++ {
+		k[w] = b.word(j, w).Load()
+	}
+}
+
+// probe is the seqlock read of k in b. first is a header value loaded
+// earlier (so that the loads of both candidate buckets overlap), or an odd
+// value to load afresh. It returns the slot (-1 for none) and a consistent
+// value word and header; ok is false when writers kept the bucket busy.
+func (b *ctBucket[S, P]) probe(k *ctKey, tag, first uint64) (j int, v, h uint64, ok bool) {
+	h = first
+	for range ctReadSpins {
+		if h&1 != 0 {
+			h = b.hdr.Load()
+			continue
+		}
+		// find, written out: this is the hottest loop of the table.
+		j = -1
+		for m := ctMatch(h, tag); m != 0; m &= m - 1 {
+			if s := ctSlot(m); b.match(s, k) {
+				j, v = s, b.val(s).Load()
+				break
+			}
+		}
+		if h2 := b.hdr.Load(); h2 != h {
+			h = h2
+			continue
+		}
+		return j, v, h, true
+	}
+	return -1, 0, 0, false
+}
+
+// ctTable is an array of buckets with two-choice placement: a key may live in
+// either of two buckets picked by its hash, and never moves once placed.
+type ctTable[S ctSlotWords, P ctPad] struct {
+	b []ctBucket[S, P]
+	n uint64
+}
+
+func newCtTable[S ctSlotWords, P ctPad](nbuckets int) ctTable[S, P] {
+	return ctTable[S, P]{b: ctAligned[ctBucket[S, P]](nbuckets), n: uint64(nbuckets)}
+}
+
+// index maps a key hash to its two candidate buckets (distinct when the
+// table has more than one): the high and the low half of the hash, each
+// reduced to [0, n) by a multiply (Lemire's fast range), so n need not be a
+// power of two. The slot tag comes from ctTag.
+func (t *ctTable[S, P]) index(hash uint64) (uint64, uint64) {
+	i1, _ := bits.Mul64(hash, t.n)
+	i2, _ := bits.Mul64(bits.RotateLeft64(hash, 32), t.n)
+	if i2 == i1 {
+		i2++
+		if i2 == t.n {
+			i2 = 0
+		}
+	}
+	return i1, i2
+}
+
+// search looks k up in both candidate buckets without locking and returns
+// the bucket, slot (-1 for a miss), value word and class; ok is false when
+// a bucket stayed busy, so a miss may be a false one.
+func (t *ctTable[S, P]) search(k *ctKey, i1, i2, tag uint64) (bi uint64, j int, v uint64, cls StateClass, ok bool) {
+	b1, b2 := &t.b[i1], &t.b[i2]
+	// Load both headers before scanning either, so that both cache misses
+	// are in flight together.
+	h1, h2 := b1.hdr.Load(), b2.hdr.Load()
+	j, v, h, ok1 := b1.probe(k, tag, h1)
+	if j >= 0 {
+		return i1, j, v, ctClass(h, j), true
+	}
+	j, v, h, ok2 := b2.probe(k, tag, h2)
+	if j >= 0 {
+		return i2, j, v, ctClass(h, j), true
+	}
+	return 0, -1, 0, 0, ok1 && ok2
+}
+
+// lookup implements ConnTable.Lookup for one key width.
+func (t *ctTable[S, P]) lookup(k *ctKey, hash uint64, now Tick, c *ConnTable) (uint32, StateClass, bool) {
+	i1, i2 := t.index(hash)
+	tag := ctTag(hash)
+	// search, written out.
+	b := &t.b[i1]
+	h1, h2 := b.hdr.Load(), t.b[i2].hdr.Load()
+	j, v, h, ok := b.probe(k, tag, h1)
+	if j < 0 {
+		b = &t.b[i2]
+		var ok2 bool
+		if j, v, h, ok2 = b.probe(k, tag, h2); j < 0 {
+			if !ok || !ok2 {
+				c.stripe(i1).contended.Add(1)
+			}
+			return 0, 0, false
+		}
+	}
+	cls := ctClass(h, j)
+	seen := ctSeen(v)
+	if ctIdle(now, seen, c.timeout[cls]) {
+		return 0, 0, false
+	}
+	if int32(uint32(now-seen)) > int32(c.slack[cls]) {
+		// Refresh last-seen, but only once it lags by more than 1/32 of the
+		// class's timeout: a flow's value word is written a few dozen times
+		// per timeout, not per packet, and an entry expires at most 3%
+		// early. A CAS and not a store: if a writer replaced the slot since
+		// the read, the value word differs and the refresh is dropped
+		// instead of writing this flow's backend over the new entry.
+		b.val(j).CompareAndSwap(v, v&^(1<<32-1)|uint64(now))
+	}
+	return ctBackend(v), cls, true
+}
+
+// insert implements ConnTable.Insert for one key width.
+func (t *ctTable[S, P]) insert(k *ctKey, hash uint64, backend uint32, cls StateClass, now Tick, c *ConnTable) InsertResult {
+	i1, i2 := t.index(hash)
+	lo, hi := i1, i2
+	if lo > hi {
+		lo, hi = hi, lo
+	}
+	st := c.stripe(i1)
+	// Claim both candidate buckets in ascending order: every insert of k
+	// holds both, so two inserts of the same key cannot both miss it and
+	// place two copies.
+	blo, bhi := &t.b[lo], &t.b[hi]
+	hlo, ok := blo.tryLock()
+	if !ok {
+		st.busy.Add(1)
+		return InsertBusy
+	}
+	hhi, ok := bhi.tryLock()
+	if !ok {
+		blo.unlockUnchanged(hlo)
+		st.busy.Add(1)
+		return InsertBusy
+	}
+	b := [2]*ctBucket[S, P]{&t.b[i1], &t.b[i2]}
+	h := [2]uint64{hlo, hhi}
+	if i1 != lo {
+		h[0], h[1] = hhi, hlo
+	}
+	v := ctVal(backend, now)
+	tag := ctTag(hash)
+
+	res, x, j := t.place(k, tag, &b, &h, now, c, st)
+	switch res {
+	case InsertUpdated:
+		b[x].val(j).Store(v)
+		h[x] = ctSetClass(h[x], j, cls)
+		st.updates.Add(1)
+	case InsertNew, InsertEvicted:
+		b[x].store(j, k, v)
+		h[x] = ctSet(h[x], j, tag, cls)
+		st.inserts.Add(1)
+	case InsertRefused:
+		st.refused.Add(1)
+	}
+	for y := range 2 {
+		if res != InsertRefused && y == x {
+			b[y].unlock(h[y])
+		} else {
+			b[y].unlockUnchanged(h[y])
+		}
+	}
+	return res
+}
+
+// place chooses where k goes, with both buckets held: its own slot if
+// present, else a free slot in the less loaded bucket, else the entry idle
+// longest past its timeout, else the least recently seen untrusted entry.
+// It counts reclaimed and evicted entries; the caller counts the outcome.
+func (t *ctTable[S, P]) place(k *ctKey, tag uint64, b *[2]*ctBucket[S, P], h *[2]uint64, now Tick, c *ConnTable, st *connStripe) (res InsertResult, x, j int) {
+	for x := range 2 {
+		if j := b[x].find(h[x], k, tag); j >= 0 {
+			if ctIdle(now, ctSeen(b[x].val(j).Load()), c.timeout[ctClass(h[x], j)]) {
+				// The old flow timed out: this is a new one reusing its key.
+				st.expired.Add(1)
+				return InsertNew, x, j
+			}
+			return InsertUpdated, x, j
+		}
+	}
+	o0, o1 := ctOcc(h[0]), ctOcc(h[1])
+	if o0 != ctLanes || o1 != ctLanes {
+		x, free := 0, ^o0&ctLanes
+		if bits.OnesCount64(o1) < bits.OnesCount64(o0) {
+			x, free = 1, ^o1&ctLanes
+		}
+		return InsertNew, x, ctSlot(free)
+	}
+	// Both full. Score every slot: an expired entry beats any live one, and
+	// among equals the longest idle loses its slot.
+	bestX, bestJ, bestAge, bestExpired := -1, -1, uint32(0), false
+	for y := range 2 {
+		for s := range ctSlots {
+			cl := ctClass(h[y], s)
+			seen := ctSeen(b[y].val(s).Load())
+			age := uint32(now - seen)
+			if int32(age) < 0 {
+				age = 0
+			}
+			exp := age > c.timeout[cl]
+			if !exp && cl != ClassUntrusted {
+				continue
+			}
+			if bestX < 0 || exp && !bestExpired || exp == bestExpired && age > bestAge {
+				bestX, bestJ, bestAge, bestExpired = y, s, age, exp
+			}
+		}
+	}
+	switch {
+	case bestX < 0:
+		return InsertRefused, 0, -1
+	case bestExpired:
+		st.expired.Add(1)
+	default:
+		st.evictions.Add(1)
+	}
+	return InsertEvicted, bestX, bestJ
+}
+
+// setClass implements ConnTable.SetClass for one key width.
+func (t *ctTable[S, P]) setClass(k *ctKey, hash uint64, cls StateClass, now Tick, c *ConnTable) bool {
+	i1, i2 := t.index(hash)
+	tag := ctTag(hash)
+	bi, j, _, _, _ := t.search(k, i1, i2, tag)
+	if j < 0 {
+		return false
+	}
+	b := &t.b[bi]
+	hd, ok := b.tryLock()
+	if !ok {
+		c.stripe(i1).busy.Add(1)
+		return false
+	}
+	j = b.find(hd, k, tag)
+	if j < 0 || ctIdle(now, ctSeen(b.val(j).Load()), c.timeout[ctClass(hd, j)]) {
+		b.unlockUnchanged(hd)
+		return false
+	}
+	v := b.val(j)
+	if old := v.Load(); int32(uint32(now-ctSeen(old))) > 0 {
+		v.Store(ctVal(ctBackend(old), now))
+	}
+	b.unlock(ctSetClass(hd, j, cls))
+	return true
+}
+
+// remove implements ConnTable.Delete for one key width.
+func (t *ctTable[S, P]) remove(k *ctKey, hash uint64, c *ConnTable) bool {
+	i1, i2 := t.index(hash)
+	tag := ctTag(hash)
+	for {
+		bi, j, _, _, ok := t.search(k, i1, i2, tag)
+		if j < 0 {
+			if ok {
+				return false
+			}
+			runtime.Gosched()
+			continue
+		}
+		b := &t.b[bi]
+		hd := b.lockWait()
+		if j := b.find(hd, k, tag); j >= 0 {
+			b.unlock(ctClear(hd, j))
+			c.stripe(bi).deletes.Add(1)
+			return true
+		}
+		// Deleted or replaced since the search; look again.
+		b.unlockUnchanged(hd)
+	}
+}
+
+// age removes idle entries from bucket i and returns how many it removed.
+// A bucket some writer holds is skipped; the next sweep gets it.
+func (t *ctTable[S, P]) age(i uint64, now Tick, c *ConnTable) int {
+	b := &t.b[i]
+	h := b.hdr.Load()
+	if h&1 != 0 || !t.anyIdle(b, h, now, c) {
+		return 0
+	}
+	hd, ok := b.tryLock()
+	if !ok {
+		return 0
+	}
+	n := 0
+	for occ := ctOcc(hd); occ != 0; occ &= occ - 1 {
+		j := ctSlot(occ)
+		if ctIdle(now, ctSeen(b.val(j).Load()), c.timeout[ctClass(hd, j)]) {
+			hd = ctClear(hd, j)
+			n++
+		}
+	}
+	if n == 0 {
+		b.unlockUnchanged(hd)
+		return 0
+	}
+	b.unlock(hd)
+	c.stripe(i).expired.Add(uint64(n))
+	return n
+}
+
+// anyIdle is the ager's optimistic check, without the lock.
+func (t *ctTable[S, P]) anyIdle(b *ctBucket[S, P], h uint64, now Tick, c *ConnTable) bool {
+	for occ := ctOcc(h); occ != 0; occ &= occ - 1 {
+		j := ctSlot(occ)
+		if ctIdle(now, ctSeen(b.val(j).Load()), c.timeout[ctClass(h, j)]) {
+			return true
+		}
+	}
+	return false
+}
+
+// ctEntry is one slot copied out by snapshot.
+type ctEntry struct {
+	k   ctKey
+	v   uint64
+	cls StateClass
+}
+
+// snapshot copies the occupied slots of bucket i into out under the
+// seqlock and returns how many it copied.
+func (t *ctTable[S, P]) snapshot(i uint64, out *[ctSlots]ctEntry) int {
+	b := &t.b[i]
+	for {
+		for range ctReadSpins {
+			h := b.hdr.Load()
+			if h&1 != 0 {
+				continue
+			}
+			n := 0
+			for occ := ctOcc(h); occ != 0; occ &= occ - 1 {
+				j := ctSlot(occ)
+				b.load(j, &out[n].k)
+				out[n].v = b.val(j).Load()
+				out[n].cls = ctClass(h, j)
+				n++
+			}
+			if b.hdr.Load() == h {
+				return n
+			}
+		}
+		runtime.Gosched()
+	}
+}
+
+// ctAligned allocates n zeroed values of T (which must hold no pointers)
+// starting on a cache-line boundary, so that no bucket straddles more lines
+// than its size needs and no two stripes of counters share one.
+func ctAligned[T any](n int) []T {
+	var zero T
+	size := unsafe.Sizeof(zero)
+	words := (uintptr(n)*size + ctCacheLine + 7) / 8
+	raw := make([]uint64, words)
+	p := unsafe.Pointer(unsafe.SliceData(raw))
+	off := (ctCacheLine - uintptr(p)%ctCacheLine) % ctCacheLine
+	return unsafe.Slice((*T)(unsafe.Add(p, off)), n)
+}
+
+// ctBytes returns the bytes s's elements occupy.
+func ctBytes[T any](s []T) int {
+	var zero T
+	return int(unsafe.Sizeof(zero)) * len(s)
+}

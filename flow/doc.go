@@ -1,0 +1,53 @@
+// Package flow holds what the load balancer's data path knows about flows:
+// how a flow is named, hashed, assigned to a backend, remembered, and which
+// configuration it is judged against.
+//
+// # Keys
+//
+// A Key names a flow: VNI (tenant), IP protocol, source and destination
+// address and port. It is a fixed-size comparable value (addresses are
+// 16-byte arrays, IPv4 in the first four bytes), filled without allocation
+// by Key.SetIPv4 and Key.SetIPv6 from header bytes, and Key.Reverse gives
+// the other direction.
+//
+// # Hashing
+//
+// Hasher computes the fleet-wide flow hash, a named and versioned algorithm
+// (HashVersion, "xdplb-hash-v1": XXH64 with a configured seed over a fixed
+// 42-byte layout of the key). Every Mux of a fleet must use the same seed,
+// so that they all send a flow to the same backend and a flow survives
+// ECMP moving it between Muxes. Hasher.Hash covers the 5-, 3- or 2-tuple
+// (TupleMode); Hasher.SymmetricHash gives both directions of a flow the
+// same hash by ordering the endpoints before hashing. Neither allocates.
+//
+// # Maglev
+//
+// Maglev is a weighted Maglev consistent-hashing table (Eisenbud et al.,
+// NSDI '16), also named and versioned (MaglevVersion, "maglev-v1"): built
+// from (Name, Weight) pairs, it maps a flow hash to a backend so that load
+// follows weights, every Mux builds the same table from the same set in any
+// order, and removing a backend moves few flows of the others. A weight of
+// 0 drains a backend. Lookup is one multiply and one load.
+//
+// # Connection table
+//
+// ConnTable remembers which backend each established flow was sent to, so
+// that flows keep their backend when the Maglev table changes (a backend
+// added, drained or reweighted). It is lock-free for readers, sized once,
+// and ages entries by protocol state.
+//
+// # Rules
+//
+// Rules is the data path's view of configuration: an immutable, versioned
+// Snapshot of VIP → pool rules published with an atomic pointer. A worker
+// loads the snapshot once per batch, finds a packet's Rule by VIP
+// (Snapshot.Lookup: exact port first, then the VIP's all-ports rule) and
+// picks a backend for a new flow with Rule.Pick. Rules.Update applies a new
+// version whole or not at all, rebuilding only the Maglev tables whose
+// backends changed.
+//
+// The balance step of a Mux, per packet, is therefore: find the rule
+// (snap.Lookup(&key); nil means the packet is not for a VIP), keep the
+// backend the ConnTable remembers for the flow if any, else pick one with
+// rule.Pick(hasher.Hash(&key, rule.Mode)) and remember it.
+package flow

@@ -1,0 +1,563 @@
+package flow
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// BackendState is a backend's health as the data path sees it.
+type BackendState uint8
+
+const (
+	// BackendActive backends take new flows (if their Weight is above 0).
+	BackendActive BackendState = iota
+	// BackendDraining backends take no new flows; flows a connection
+	// table already maps to them keep going there.
+	BackendDraining
+	// BackendDown backends take no new flows; a connection table should
+	// not send existing flows there either.
+	BackendDown
+)
+
+// String returns "active", "draining" or "down".
+func (s BackendState) String() string {
+	switch s {
+	case BackendActive:
+		return "active"
+	case BackendDraining:
+		return "draining"
+	case BackendDown:
+		return "down"
+	}
+	return "BackendState(" + itoa(uint64(s)) + ")"
+}
+
+// IsValid reports whether s is one of the defined states.
+func (s BackendState) IsValid() bool { return s <= BackendDown }
+
+// ErrBackendState is returned when parsing an unknown backend state.
+var ErrBackendState = errors.New(`flow: unknown backend state (want "active", "draining" or "down")`)
+
+// MarshalText implements encoding.TextMarshaler.
+func (s BackendState) MarshalText() ([]byte, error) {
+	if !s.IsValid() {
+		return nil, ErrBackendState
+	}
+	return []byte(s.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler; the empty string
+// means active.
+func (s *BackendState) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "", "active":
+		*s = BackendActive
+	case "draining":
+		*s = BackendDraining
+	case "down":
+		*s = BackendDown
+	default:
+		return ErrBackendState
+	}
+	return nil
+}
+
+// Backend is one DIP of a rule's pool.
+type Backend struct {
+	// Name is the backend's stable identity, used for its Maglev
+	// permutation, e.g. "10.1.0.5:8080". Unique within a rule.
+	Name string
+	// Addr is the DIP.
+	Addr netip.Addr
+	// Port is the DIP port; 0 means the same as the VIP (packet) port.
+	Port uint16
+	// MAC is the DIP's MAC address: the inner Ethernet destination.
+	MAC [6]byte
+	// Host is the physical address of the DIP's host: the VXLAN outer
+	// destination. Its family may differ from Addr's.
+	Host netip.Addr
+	// Weight is the backend's relative share of new flows; 0 takes it
+	// out of the Maglev table (drain).
+	Weight uint32
+	// State is the backend's health.
+	State BackendState
+	// ID is the backend's node-local identity, assigned by NewSnapshot and
+	// kept across snapshots for the same (VIP, Name): a connection table
+	// stores it, so established flows find their backend again after a
+	// reload even when the pool's order or size changed. Never 0.
+	ID uint32
+}
+
+// tableWeight is the backend's weight in the Maglev table: only active
+// backends take new flows.
+func (b *Backend) tableWeight() uint32 {
+	if b.State != BackendActive {
+		return 0
+	}
+	return b.Weight
+}
+
+// VIP is the address a rule serves: packets whose destination matches go
+// to the rule's pool.
+type VIP struct {
+	Addr  netip.Addr // the VIP; an IPv4-mapped IPv6 address is unmapped
+	Proto uint8      // IP protocol number, e.g. ProtoTCP; must not be 0
+	Port  uint16     // destination port; 0 matches every port
+	VNI   uint32     // tenant (24 bits); 0 for none
+}
+
+// String formats v as "vni=V proto=P addr:port".
+func (v VIP) String() string {
+	return "vni=" + itoa(uint64(v.VNI)) + " proto=" + itoa(uint64(v.Proto)) + " " +
+		netip.AddrPortFrom(v.Addr, v.Port).String()
+}
+
+// Rule maps a VIP to a pool of backends. Rules are built by NewSnapshot
+// and read only afterwards; every field, Backends included, must not be
+// changed once the snapshot exists.
+type Rule struct {
+	// Name labels the rule in logs and metrics.
+	Name string
+	// VIP is what the rule matches.
+	VIP VIP
+	// Mode says which fields of the flow key the Maglev hash covers.
+	Mode TupleMode
+	// Backends is the pool. NewSnapshot copies it and sorts the copy by
+	// Name, so the same set in any order gives the same rule; Pick
+	// returns indices into the sorted copy.
+	Backends []Backend
+	// TableSize is the Maglev table size (a prime); 0 means
+	// MaglevDefaultSize. Each rule's table holds 2 bytes per slot.
+	TableSize uint32
+	// ID is the rule's dense index in its snapshot (0..Len()-1),
+	// assigned by NewSnapshot, for per-VIP counters.
+	ID uint32
+
+	maglev *Maglev // over Backends: active ones with Weight > 0
+}
+
+// Pick returns the index in r.Backends of the backend that new flows with
+// this hash go to (a Maglev lookup over the active backends with Weight
+// above 0); ok is false when there is none. It does not allocate.
+func (r *Rule) Pick(hash uint64) (idx int, ok bool) {
+	if r.maglev == nil {
+		return -1, false
+	}
+	idx = r.maglev.Lookup(hash)
+	return idx, idx >= 0
+}
+
+// Maglev returns the rule's Maglev table (indices refer to r.Backends), or
+// nil for a Rule that was not built by NewSnapshot.
+func (r *Rule) Maglev() *Maglev { return r.maglev }
+
+// Errors returned by NewSnapshot and Rules.Update, wrapped with detail.
+var (
+	ErrInvalidRule  = errors.New("flow: invalid rule")
+	ErrStaleVersion = errors.New("flow: version is not newer than the current one")
+)
+
+// vipSlot is one entry of a snapshot's open-addressing VIP index: the
+// exact key as three words (comparison is three integer compares) and the
+// rule. A nil rule marks an empty slot.
+type vipSlot struct {
+	a0, a1 uint64 // destination address, little-endian words of Key.Dst
+	meta   uint64 // vipMeta(VNI, Proto, Port, Family)
+	rule   *Rule
+}
+
+func vipMeta(vni uint32, proto uint8, port uint16, family uint8) uint64 {
+	return uint64(vni)<<32 | uint64(port)<<16 | uint64(proto)<<8 | uint64(family)
+}
+
+// vipHash spreads a VIP key over the index. The words are multiplied as a
+// 128-bit product of two keyed values and folded; the table is small and
+// built once per snapshot, so this needs to be fast more than strong.
+func vipHash(a0, a1, meta uint64) uint64 {
+	hi, lo := bits.Mul64(a0^0x9e3779b97f4a7c15, a1^bits.RotateLeft64(meta, 29)^0xc2b2ae3d27d4eb4f)
+	return hi ^ lo
+}
+
+// Snapshot is one immutable, versioned configuration of the data path: the
+// rules and an index from VIP to rule. Build it with NewSnapshot and
+// publish it with Rules; readers load it once per batch and never see it
+// change.
+type Snapshot struct {
+	// Version is the configuration version the snapshot was built from
+	// (version 0 is the empty snapshot). Read only.
+	Version uint64
+
+	rules    []*Rule
+	index    []vipSlot // open addressing, linear probing, power-of-two size
+	mask     uint64
+	allPorts bool // some rule has VIP.Port 0: Lookup tries the fallback
+
+	// Backend IDs: an open-addressing index from Backend.ID to its place,
+	// and the next ID to hand out (carried over from snapshot to snapshot).
+	byID   []idSlot
+	idMask uint32
+	nextID uint32
+}
+
+// idSlot places one backend ID; id 0 marks an empty slot.
+type idSlot struct {
+	id   uint32
+	idx  uint32 // index in rule.Backends
+	rule *Rule
+}
+
+// emptySnapshot is what Rules.Load returns before anything is stored.
+var emptySnapshot = &Snapshot{}
+
+// NewSnapshot validates rules and builds a snapshot of them with the given
+// version. The rules are copied (and each rule's Backends sorted by Name);
+// the caller may reuse its slices. Rule IDs are the positions in rules.
+//
+// It checks: VIP address valid, protocol set, VNI within 24 bits, Mode
+// defined, no two rules with the same VIP (VNI, protocol, address, port);
+// per backend: Name non-empty and unique within the rule, Addr valid, State
+// defined; TableSize prime (or 0) and no smaller than the pool. Backend and
+// VIP families may differ (encapsulation carries either).
+//
+// For every rule whose VIP, TableSize and backends' (Name, effective
+// weight) are the same as a rule of prev (effective weight: Weight if
+// Active, else 0), the new rule shares prev's Maglev table instead of
+// building one; prev may be nil. On error nothing is built.
+func NewSnapshot(version uint64, rules []Rule, prev *Snapshot) (*Snapshot, error) {
+	s := &Snapshot{Version: version}
+	if len(rules) == 0 {
+		return s, nil
+	}
+	if uint64(len(rules)) > 1<<31 {
+		return nil, fmt.Errorf("%w: %d rules", ErrInvalidRule, len(rules))
+	}
+	store := make([]Rule, len(rules))
+	s.rules = make([]*Rule, len(rules))
+	size := 8
+	for size < 2*len(rules) {
+		size *= 2
+	}
+	s.index = make([]vipSlot, size)
+	s.mask = uint64(size - 1)
+	for i := range rules {
+		r := &store[i]
+		*r = rules[i]
+		r.ID = uint32(i)
+		r.maglev = nil
+		r.VIP.Addr = r.VIP.Addr.Unmap()
+		r.Backends = slices.Clone(rules[i].Backends)
+		slices.SortFunc(r.Backends, func(a, b Backend) int { return strings.Compare(a.Name, b.Name) })
+		if err := r.validate(); err != nil {
+			return nil, fmt.Errorf("%w: rule %d (%q): %w", ErrInvalidRule, i, r.Name, err)
+		}
+		if old := s.insert(r); old != nil {
+			return nil, fmt.Errorf("%w: rule %d (%q): VIP %v already served by rule %d (%q)",
+				ErrInvalidRule, i, r.Name, r.VIP, old.ID, old.Name)
+		}
+		if r.VIP.Port == 0 {
+			s.allPorts = true
+		}
+		s.rules[i] = r
+	}
+	s.assignIDs(prev)
+	// Tables last: validation errors come before any expensive build.
+	var mb []MaglevBackend
+	for i, r := range s.rules {
+		if prev != nil {
+			if old := prev.LookupVIP(r.VIP); old != nil && sameTable(old, r) {
+				r.maglev = old.maglev
+				continue
+			}
+		}
+		mb = mb[:0]
+		for j := range r.Backends {
+			b := &r.Backends[j]
+			mb = append(mb, MaglevBackend{Name: b.Name, Weight: b.tableWeight()})
+		}
+		m, err := NewMaglev(mb, r.TableSize)
+		if err != nil {
+			return nil, fmt.Errorf("%w: rule %d (%q): %w", ErrInvalidRule, i, r.Name, err)
+		}
+		r.maglev = m
+	}
+	return s, nil
+}
+
+// assignIDs gives every backend its ID: the one prev had for the same VIP
+// and Name, else a new one; and builds the ID index.
+func (s *Snapshot) assignIDs(prev *Snapshot) {
+	n := 0
+	for _, r := range s.rules {
+		n += len(r.Backends)
+	}
+	size := 8
+	for size < 2*n {
+		size *= 2
+	}
+	s.byID = make([]idSlot, size)
+	s.idMask = uint32(size - 1)
+	s.nextID = 1
+	if prev != nil && prev.nextID > 0 {
+		s.nextID = prev.nextID
+	}
+	for _, r := range s.rules {
+		var old *Rule
+		if prev != nil {
+			old = prev.LookupVIP(r.VIP)
+		}
+		for j := range r.Backends {
+			b := &r.Backends[j]
+			b.ID = 0
+			if old != nil {
+				if k, ok := slices.BinarySearchFunc(old.Backends, b.Name, func(x Backend, name string) int {
+					return strings.Compare(x.Name, name)
+				}); ok {
+					b.ID = old.Backends[k].ID
+				}
+			}
+			for b.ID == 0 || s.idTaken(b.ID) {
+				b.ID = s.nextID
+				s.nextID++
+				if s.nextID == 0 {
+					s.nextID = 1 // wrapped after 2^32 additions: skip 0 and taken IDs
+				}
+			}
+			s.putID(b.ID, r, j)
+		}
+	}
+}
+
+func idHash(id uint32) uint32 { return id * 0x9e3779b1 }
+
+func (s *Snapshot) idTaken(id uint32) bool {
+	for i := idHash(id) & s.idMask; ; i = (i + 1) & s.idMask {
+		e := &s.byID[i]
+		if e.id == id {
+			return true
+		}
+		if e.id == 0 {
+			return false
+		}
+	}
+}
+
+func (s *Snapshot) putID(id uint32, r *Rule, idx int) {
+	for i := idHash(id) & s.idMask; ; i = (i + 1) & s.idMask {
+		if e := &s.byID[i]; e.id == 0 {
+			*e = idSlot{id: id, idx: uint32(idx), rule: r}
+			return
+		}
+	}
+}
+
+// Backend returns the rule and the index in its Backends of the backend
+// with the given ID, and false when no backend of s has it (it was removed
+// by a reload). It does not allocate; the data path calls it on a
+// connection-table hit.
+func (s *Snapshot) Backend(id uint32) (r *Rule, idx int, ok bool) {
+	if s.byID == nil || id == 0 {
+		return nil, -1, false
+	}
+	for i := idHash(id) & s.idMask; ; i = (i + 1) & s.idMask {
+		e := &s.byID[i]
+		if e.id == id {
+			return e.rule, int(e.idx), true
+		}
+		if e.id == 0 {
+			return nil, -1, false
+		}
+	}
+}
+
+func (r *Rule) validate() error {
+	v := &r.VIP
+	switch {
+	case !v.Addr.IsValid():
+		return errors.New("VIP address is not set")
+	case v.Addr.Zone() != "":
+		return errors.New("VIP address has a zone")
+	case v.Proto == 0:
+		return errors.New("VIP protocol is not set")
+	case v.VNI > 1<<24-1:
+		return fmt.Errorf("VNI %d does not fit 24 bits", v.VNI)
+	case !r.Mode.IsValid():
+		return fmt.Errorf("unknown tuple mode %d", r.Mode)
+	}
+	for j := range r.Backends {
+		b := &r.Backends[j]
+		switch {
+		case b.Name == "":
+			return fmt.Errorf("backend %v has no name", b.Addr)
+		case j > 0 && r.Backends[j-1].Name == b.Name:
+			return fmt.Errorf("duplicate backend name %q", b.Name)
+		case !b.Addr.IsValid():
+			return fmt.Errorf("backend %q has no address", b.Name)
+		case !b.State.IsValid():
+			return fmt.Errorf("backend %q: unknown state %d", b.Name, b.State)
+		}
+	}
+	return nil
+}
+
+// sameTable reports whether old's Maglev table is the one r needs: same
+// size and the same (Name, effective weight) sequence (both sorted by Name).
+func sameTable(old, r *Rule) bool {
+	if old.maglev == nil || old.TableSize != r.TableSize || len(old.Backends) != len(r.Backends) {
+		return false
+	}
+	for j := range r.Backends {
+		a, b := &old.Backends[j], &r.Backends[j]
+		if a.Name != b.Name || a.tableWeight() != b.tableWeight() {
+			return false
+		}
+	}
+	return true
+}
+
+// vipWords returns the index key of a VIP.
+func vipWords(v *VIP) (a0, a1, meta uint64) {
+	var b [16]byte
+	family := uint8(FamilyIPv6)
+	if v.Addr.Is4() {
+		a4 := v.Addr.As4()
+		copy(b[:], a4[:])
+		family = FamilyIPv4
+	} else {
+		b = v.Addr.As16()
+	}
+	return binary.LittleEndian.Uint64(b[:8]), binary.LittleEndian.Uint64(b[8:]),
+		vipMeta(v.VNI, v.Proto, v.Port, family)
+}
+
+// insert adds r to the index; it returns the rule already there for the
+// same VIP, if any, and then does not insert.
+func (s *Snapshot) insert(r *Rule) *Rule {
+	a0, a1, meta := vipWords(&r.VIP)
+	for i := vipHash(a0, a1, meta) & s.mask; ; i = (i + 1) & s.mask {
+		e := &s.index[i]
+		if e.rule == nil {
+			*e = vipSlot{a0: a0, a1: a1, meta: meta, rule: r}
+			return nil
+		}
+		if e.a0 == a0 && e.a1 == a1 && e.meta == meta {
+			return e.rule
+		}
+	}
+}
+
+func (s *Snapshot) find(a0, a1, meta uint64) *Rule {
+	for i := vipHash(a0, a1, meta) & s.mask; ; i = (i + 1) & s.mask {
+		e := &s.index[i]
+		if e.a0 == a0 && e.a1 == a1 && e.meta == meta {
+			return e.rule
+		}
+		if e.rule == nil {
+			return nil
+		}
+	}
+}
+
+// Lookup returns the rule for a packet with flow key k: the rule whose VIP
+// matches k's VNI, protocol, destination address and destination port,
+// else the all-ports rule (VIP.Port 0) for that VNI, protocol and address,
+// else nil. It does not allocate; it is meant to be called per packet.
+func (s *Snapshot) Lookup(k *Key) *Rule {
+	if s.index == nil {
+		return nil
+	}
+	le := binary.LittleEndian
+	a0, a1 := le.Uint64(k.Dst[:8]), le.Uint64(k.Dst[8:])
+	if r := s.find(a0, a1, vipMeta(k.VNI, k.Proto, k.DstPort, k.Family)); r != nil {
+		return r
+	}
+	if s.allPorts && k.DstPort != 0 {
+		return s.find(a0, a1, vipMeta(k.VNI, k.Proto, 0, k.Family))
+	}
+	return nil
+}
+
+// LookupVIP returns the rule whose VIP is exactly v (no all-ports
+// fallback), or nil. For the control plane.
+func (s *Snapshot) LookupVIP(v VIP) *Rule {
+	if s.index == nil {
+		return nil
+	}
+	v.Addr = v.Addr.Unmap()
+	return s.find(vipWords(&v))
+}
+
+// Rules returns the snapshot's rules in ID order. The slice and the rules
+// are shared: read only.
+func (s *Snapshot) Rules() []*Rule { return s.rules }
+
+// Len returns the number of rules.
+func (s *Snapshot) Len() int { return len(s.rules) }
+
+// Rule returns the rule with the given ID, or nil if there is none.
+func (s *Snapshot) Rule(id uint32) *Rule {
+	if uint64(id) >= uint64(len(s.rules)) {
+		return nil
+	}
+	return s.rules[id]
+}
+
+// Rules publishes the current Snapshot to the data path: readers call Load
+// (an atomic load, lock-free, once per batch); writers replace the whole
+// snapshot with Store or Update, so a reader sees one version or the
+// next, never a mix. The zero value is ready to use.
+type Rules struct {
+	cur atomic.Pointer[Snapshot]
+	mu  sync.Mutex // serialises Update (and Store against Update)
+}
+
+// NewRules returns a Rules holding the empty snapshot (version 0).
+func NewRules() *Rules { return new(Rules) }
+
+// Load returns the current snapshot; never nil (the empty snapshot, version
+// 0, before the first Store or Update).
+func (r *Rules) Load() *Snapshot {
+	if s := r.cur.Load(); s != nil {
+		return s
+	}
+	return emptySnapshot
+}
+
+// Store publishes s, whatever its version (a rollback is the caller's
+// decision); nil publishes the empty snapshot.
+func (r *Rules) Store(s *Snapshot) {
+	if s == nil {
+		s = emptySnapshot
+	}
+	r.mu.Lock()
+	r.cur.Store(s)
+	r.mu.Unlock()
+}
+
+// Update builds a snapshot of rules with the given version, reusing the
+// current snapshot's Maglev tables where nothing changed, and publishes it.
+// It applies a version whole or not at all: on any error the current
+// snapshot stays. A version not greater than the current one is refused
+// with ErrStaleVersion (a node never goes back and never applies a version
+// twice; a controller that resends the version a node runs can treat that
+// error as "already applied"). Use Store to force a rollback.
+func (r *Rules) Update(version uint64, rules []Rule) (*Snapshot, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.Load()
+	if version <= cur.Version {
+		return nil, fmt.Errorf("%w: %d, running %d", ErrStaleVersion, version, cur.Version)
+	}
+	s, err := NewSnapshot(version, rules, cur)
+	if err != nil {
+		return nil, err
+	}
+	r.cur.Store(s)
+	return s, nil
+}
