@@ -1,0 +1,172 @@
+// Package balance is the Mux's load-balancing stage: for each packet it
+// finds the VIP's rule, then the flow's backend — the connection table
+// first, so established flows stay where they are across reloads and
+// backend changes, else a Maglev pick over the rule's active backends keyed
+// by the rule's tuple mode — and records the decision in the packet
+// (Packet.Rule, Packet.Backend, Packet.Hash) for the encapsulation stage.
+//
+// Every Mux with the same configuration and hash seed picks the same
+// backend for a new flow, so a flow that moves to another Mux (ECMP
+// rehash, a Mux going away) keeps its backend as long as the backend set
+// did not change.
+//
+// # Fragments
+//
+// A non-first fragment carries no ports. It is balanced only by an
+// all-ports rule (VIP port 0) whose mode is 3-tuple or 2-tuple, which
+// hashes the first fragment and the rest alike; otherwise it is dropped
+// with reason "fragment". A first fragment is balanced like any packet.
+// Serve VIPs that must accept fragmented traffic with a 3-tuple or 2-tuple
+// all-ports rule.
+package balance
+
+import (
+	"errors"
+
+	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/header"
+)
+
+// Drop reasons of the stage.
+var (
+	DropFragment = engine.RegisterDropReason("fragment")     // a non-first fragment no rule can place
+	DropConnFull = engine.RegisterDropReason("conn_refused") // the connection table refused a new flow
+)
+
+// Config is the plain configuration of a Stage.
+type Config struct {
+	// Rules is the published configuration; loaded once per batch.
+	Rules *flow.Rules
+	// Conns is the connection table; nil balances statelessly (Maglev
+	// only), which keeps flows in place only while the backend set is
+	// unchanged.
+	Conns *flow.ConnTable
+	// Hasher must be configured with the fleet's seed.
+	Hasher flow.Hasher
+	// DropOnConnFull drops new flows the connection table refuses;
+	// otherwise (the default) they are forwarded to their Maglev pick
+	// without an entry, and counted.
+	DropOnConnFull bool
+}
+
+// Stage is the balancing stage. It is safe for concurrent use by several
+// workers.
+type Stage struct {
+	cfg Config
+}
+
+// New returns a Stage for cfg.
+func New(cfg Config) (*Stage, error) {
+	if cfg.Rules == nil {
+		return nil, errors.New("balance: Config.Rules is nil")
+	}
+	return &Stage{cfg: cfg}, nil
+}
+
+// Process implements engine.Stage.
+func (s *Stage) Process(b *engine.Batch) {
+	snap := s.cfg.Rules.Load()
+	var now flow.Tick
+	if s.cfg.Conns != nil {
+		now = s.cfg.Conns.Now()
+	}
+	for _, p := range b.Packets() {
+		if r := s.balance(snap, p, now); r != 0 {
+			b.Drop(p, r)
+		}
+	}
+}
+
+func (s *Stage) balance(snap *flow.Snapshot, p *engine.Packet, now flow.Tick) engine.DropReason {
+	k := &p.Key
+	var r *flow.Rule
+	if p.Flags&engine.FlagNonFirstFrag != 0 {
+		// Only an all-ports rule hashing no ports can place it.
+		if r = snap.Lookup(k); r == nil {
+			return engine.DropNoRule
+		}
+		if r.VIP.Port != 0 || r.Mode == flow.Tuple5 {
+			return DropFragment
+		}
+	} else if r = snap.Lookup(k); r == nil {
+		return engine.DropNoRule
+	}
+	p.Rule = r
+	p.Hash = s.cfg.Hasher.Hash(k, r.Mode)
+
+	ct := s.cfg.Conns
+	if ct == nil || p.Flags&engine.FlagFragment != 0 {
+		// Fragments are placed by hash alone: the first fragment and the
+		// rest must agree, and the rest have no ports to key an entry.
+		idx, ok := r.Pick(p.Hash)
+		if !ok {
+			return engine.DropNoBackend
+		}
+		p.Backend = int32(idx)
+		return 0
+	}
+
+	class := classOf(p)
+	if id, cur, ok := ct.Lookup(k, now); ok {
+		if br, idx, found := snap.Backend(id); found && br == r && r.Backends[idx].State != flow.BackendDown {
+			p.Backend = int32(idx)
+			if next := advance(cur, class); next != cur {
+				ct.SetClass(k, next, now)
+			}
+			return 0
+		}
+		// The backend went away or down: the flow is re-placed below.
+	}
+	idx, ok := r.Pick(p.Hash)
+	if !ok {
+		return engine.DropNoBackend
+	}
+	p.Backend = int32(idx)
+	if class == flow.ClassEstablished {
+		// A flow first seen mid-connection (a Mux restarted, or ECMP moved
+		// it here) starts untrusted like a SYN and is promoted by its next
+		// packet, so a flood of stray ACKs cannot fill the table with
+		// long-lived entries.
+		class = flow.ClassUntrusted
+	}
+	if res := ct.Insert(k, r.Backends[idx].ID, class, now); !res.Stored() {
+		if s.cfg.DropOnConnFull {
+			return DropConnFull
+		}
+	}
+	return 0
+}
+
+// classOf returns the state class a packet suggests for its flow: for TCP,
+// untrusted for a SYN without ACK, closing for FIN or RST, established
+// otherwise; non-TCP flows are ClassUDP.
+func classOf(p *engine.Packet) flow.StateClass {
+	if p.L4Proto != flow.ProtoTCP || p.Flags&engine.FlagL4 == 0 {
+		return flow.ClassUDP
+	}
+	f := header.TCP(p.L4()).Flags()
+	switch {
+	case f&(header.TCPFlagFin|header.TCPFlagRst) != 0:
+		return flow.ClassClosing
+	case f&header.TCPFlagSyn != 0 && f&header.TCPFlagAck == 0:
+		return flow.ClassUntrusted
+	}
+	return flow.ClassEstablished
+}
+
+// advance returns the class a flow moves to when a packet of class seen
+// arrives: untrusted flows are promoted by any non-SYN packet, anything
+// moves to closing on FIN/RST, and closing is final (a new SYN after close
+// is a new connection on the same tuple and starts untrusted).
+func advance(cur, seen flow.StateClass) flow.StateClass {
+	switch {
+	case seen == flow.ClassClosing:
+		return flow.ClassClosing
+	case cur == flow.ClassClosing && seen == flow.ClassUntrusted:
+		return flow.ClassUntrusted
+	case cur == flow.ClassUntrusted && seen == flow.ClassEstablished:
+		return flow.ClassEstablished
+	}
+	return cur
+}

@@ -1,0 +1,315 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// Input is a port a worker receives from and the pipeline its frames run
+// through. Port is an index into WorkerConfig.Ports.
+type Input struct {
+	Port     int
+	Pipeline *Pipeline
+}
+
+// WorkerConfig describes a worker: the ports it may transmit on (indexed by
+// Packet.OutPort) and the inputs it polls, in order.
+type WorkerConfig struct {
+	ID     int
+	Ports  []Port
+	Inputs []Input
+	// Clock returns monotonic nanoseconds; read once per batch. Default:
+	// time elapsed since the worker was made.
+	Clock func() int64
+	// IdleWaitMs is how long an idle worker waits for frames (Waiter ports)
+	// or sleeps before polling again (default 1).
+	IdleWaitMs int
+}
+
+// Worker moves batches from its inputs through their pipelines to its
+// ports. A worker is single-goroutine: Poll and Run must not be called
+// concurrently; Counters may be read from anywhere.
+type Worker struct {
+	cfg      WorkerConfig
+	counters Counters
+	batch    Batch
+	pool     [MaxBatch]Packet
+	scratch  [MaxBatch]*Packet
+	groups   [MaxBatch]*Packet
+}
+
+// NewWorker checks cfg and returns a worker.
+func NewWorker(cfg WorkerConfig) (*Worker, error) {
+	if len(cfg.Ports) == 0 || len(cfg.Ports) > 1<<16 {
+		return nil, errors.New("engine: a worker needs between 1 and 65536 ports")
+	}
+	if len(cfg.Inputs) == 0 {
+		return nil, errors.New("engine: a worker needs at least one input")
+	}
+	for i, in := range cfg.Inputs {
+		if in.Port < 0 || in.Port >= len(cfg.Ports) {
+			return nil, fmt.Errorf("engine: input %d names port %d, but the worker has %d ports", i, in.Port, len(cfg.Ports))
+		}
+		if in.Pipeline == nil {
+			return nil, fmt.Errorf("engine: input %d has no pipeline", i)
+		}
+	}
+	for i, p := range cfg.Ports {
+		if p == nil {
+			return nil, fmt.Errorf("engine: port %d is nil", i)
+		}
+	}
+	if cfg.Clock == nil {
+		start := time.Now()
+		cfg.Clock = func() int64 { return int64(time.Since(start)) }
+	}
+	if cfg.IdleWaitMs <= 0 {
+		cfg.IdleWaitMs = 1
+	}
+	w := &Worker{cfg: cfg}
+	w.batch.Worker = cfg.ID
+	w.batch.Counters = &w.counters
+	return w, nil
+}
+
+// Counters returns the worker's counters.
+func (w *Worker) Counters() *Counters { return &w.counters }
+
+// ID returns the worker's index.
+func (w *Worker) ID() int { return w.cfg.ID }
+
+// Poll receives one batch from each input, runs it through the input's
+// pipeline and transmits the result, then flushes every port. It returns
+// the number of packets received. It never blocks.
+func (w *Worker) Poll() int {
+	total := 0
+	for _, in := range w.cfg.Inputs {
+		total += w.pollInput(in)
+	}
+	for _, p := range w.cfg.Ports {
+		_ = p.Flush() // errors surface through the port's own stats
+	}
+	w.counters.publish()
+	return total
+}
+
+func (w *Worker) pollInput(in Input) int {
+	b := &w.batch
+	b.Reset()
+	port := w.cfg.Ports[in.Port]
+	n := port.Receive(b, w.pool[:], uint16(in.Port))
+	if n == 0 {
+		return 0
+	}
+	b.Now = w.cfg.Clock()
+	w.counters.rx += uint64(n)
+	w.counters.batches++
+	in.Pipeline.Process(b)
+	w.transmit(b)
+	w.release(b)
+	return n
+}
+
+// transmit hands live packets to their out ports, in groups.
+func (w *Worker) transmit(b *Batch) {
+	pkts := b.Packets()
+	if len(pkts) == 0 {
+		return
+	}
+	out := pkts[0].OutPort
+	same := true
+	for _, p := range pkts[1:] {
+		if p.OutPort != out {
+			same = false
+			break
+		}
+	}
+	if same {
+		w.send(b, out, pkts)
+		return
+	}
+	// Group by out port: repeatedly take the packets for the first port
+	// left. Batches are small and rarely split more than two ways.
+	rest := w.scratch[:0]
+	rest = append(rest, pkts...)
+	for len(rest) > 0 {
+		out = rest[0].OutPort
+		g := w.groups[:0]
+		k := 0
+		for _, p := range rest {
+			if p.OutPort == out {
+				g = append(g, p)
+			} else {
+				rest[k] = p
+				k++
+			}
+		}
+		rest = rest[:k]
+		w.send(b, out, g)
+	}
+}
+
+func (w *Worker) send(b *Batch, out uint16, pkts []*Packet) {
+	if int(out) >= len(w.cfg.Ports) {
+		for _, p := range pkts {
+			p.Verdict, p.Reason = VerdictDrop, DropNoOutPort
+			w.counters.countDrop(DropNoOutPort)
+		}
+		return
+	}
+	k := w.cfg.Ports[out].Transmit(pkts)
+	w.counters.tx += uint64(k)
+	for _, p := range pkts[k:] {
+		// A port may say why it refused a frame; the default is a full
+		// transmit ring.
+		if p.Reason == 0 {
+			p.Reason = DropTXFull
+		}
+		p.Verdict = VerdictDrop
+		w.counters.countDrop(p.Reason)
+	}
+}
+
+// release returns every frame of the batch that no port took to its owner.
+// Frames almost always come from the input port, so that case is one call.
+func (w *Worker) release(b *Batch) {
+	rel := w.scratch[:0]
+	var owner Port
+	mixed := false
+	add := func(p *Packet) {
+		if p.sent {
+			return
+		}
+		if len(rel) == 0 {
+			owner = p.owner
+		} else if p.owner != owner {
+			mixed = true
+		}
+		rel = append(rel, p)
+	}
+	for _, p := range b.Packets() {
+		add(p)
+	}
+	for _, p := range b.Dropped() {
+		add(p)
+	}
+	if len(rel) == 0 {
+		return
+	}
+	if !mixed {
+		owner.Release(rel)
+		return
+	}
+	for len(rel) > 0 {
+		o := rel[0].owner
+		g := w.groups[:0]
+		k := 0
+		for _, p := range rel {
+			if p.owner == o {
+				g = append(g, p)
+			} else {
+				rel[k] = p
+				k++
+			}
+		}
+		rel = rel[:k]
+		o.Release(g)
+	}
+}
+
+// Run polls until ctx is done, on a goroutine locked to its OS thread.
+// When no input had a packet it waits on the first input port if it is a
+// Waiter, otherwise it sleeps IdleWaitMs.
+func (w *Worker) Run(ctx context.Context) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var waiter Waiter
+	if wt, ok := w.cfg.Ports[w.cfg.Inputs[0].Port].(Waiter); ok && len(w.cfg.Inputs) == 1 {
+		waiter = wt
+	}
+	idle := 0
+	done := ctx.Done()
+	for polls := 0; ; polls++ {
+		// A busy worker checks for cancellation every 64 polls, an idle
+		// one every time.
+		if w.Poll() > 0 {
+			idle = 0
+			if polls&63 == 0 {
+				select {
+				case <-done:
+					return nil
+				default:
+				}
+			}
+			continue
+		}
+		select {
+		case <-done:
+			return nil
+		default:
+		}
+		idle++
+		if idle < 64 {
+			runtime.Gosched()
+			continue
+		}
+		if waiter != nil {
+			if err := waiter.Wait(w.cfg.IdleWaitMs); err != nil {
+				return err
+			}
+		} else {
+			time.Sleep(time.Duration(w.cfg.IdleWaitMs) * time.Millisecond)
+		}
+	}
+}
+
+// Engine runs a set of workers, one goroutine (and OS thread) each.
+type Engine struct {
+	workers []*Worker
+}
+
+// New returns an engine over workers.
+func New(workers ...*Worker) (*Engine, error) {
+	if len(workers) == 0 {
+		return nil, errors.New("engine: no workers")
+	}
+	return &Engine{workers: workers}, nil
+}
+
+// Workers returns the engine's workers.
+func (e *Engine) Workers() []*Worker { return e.workers }
+
+// Run runs every worker until ctx is done or one fails; it returns the
+// first error.
+func (e *Engine) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(e.workers))
+	for _, w := range e.workers {
+		wg.Add(1)
+		go func(w *Worker) {
+			defer wg.Done()
+			if err := w.Run(ctx); err != nil {
+				errs <- fmt.Errorf("engine: worker %d: %w", w.ID(), err)
+				cancel()
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// Stats sums the counters of every worker.
+func (e *Engine) Stats() Stats {
+	var s Stats
+	for _, w := range e.workers {
+		w.counters.Snapshot(&s)
+	}
+	return s
+}
