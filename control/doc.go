@@ -1,0 +1,178 @@
+// Package control holds the desired state of an xdplb fleet: the document
+// that says which VIPs exist, which backends (DIPs) serve them, how they
+// are probed, how a Mux speaks BGP, and which VMs live on which host. It
+// parses and strictly validates that document, converts it to data-path
+// rules (flow.Rule), and keeps a node on the newest valid version of a
+// document file (Watcher).
+//
+// # Versions
+//
+// A document carries a version. A node applies a version whole or not at
+// all, never applies a version that is not above the one it runs, and
+// reports the version it runs (Watcher.Status). An operator bumps version
+// with every change; a changed file with the same or a lower version is
+// refused with ErrStaleVersion and the reason is logged.
+//
+// # Validation
+//
+// Parse refuses a document with any problem and reports every problem it
+// finds (up to MaxErrors), each a *FieldError wrapping ErrInvalid, located
+// by file, line and column and by field path, saying what is wrong and what
+// is wanted:
+//
+//	web.yaml:14:7: vips[0].backends[2].mac: "02:00:00:00:01" is not a MAC address (want six hex pairs, e.g. 02:00:00:00:01:01)
+//	web.yaml:4:5: vips[0]: unknown key "adress" (did you mean "address"?)
+//	web.yaml:9:11: vips[1].port: 70000 is out of range (want 1..65535, or 0 or "all" for every port)
+//	web.yaml:12:9: vips[1].backends[0].address: 2001:db8::1 is IPv6 but the VIP 198.18.100.1 is IPv4: ...
+//
+// Keys are strict: an unknown key is an error (with a suggestion when it
+// looks like a typo of a known one), as is a value of the wrong type (a
+// quoted number, a duration without a unit), a repeated key, or a second
+// YAML document in the file. Anchors and aliases (&name, *name) and merge
+// keys (<<: *name) may be used to share values.
+//
+// Beyond each value's own range, Parse checks across the document: VIP
+// names are unique; no two VIPs share (VNI, protocol, address, port);
+// backend names and (address, port) pairs are unique within a VIP; a DIP
+// has its VIP's address family (DSR NAT rewrites the destination address
+// in place; the VXLAN underlay, the host address, may be of either family);
+// a DIP (VNI, address) has the same MAC and host wherever it is listed,
+// and agrees with the hosts section when that lists it; a VM's address and
+// MAC are unique in its VNI (a dual-stack VM lists its MAC once per
+// family, on the same interface); host names and addresses are unique;
+// BGP peers are unique; a Maglev table size is prime and holds the pool.
+// Probe specs are checked by health.Spec.Validate, after defaults.
+//
+// # Format
+//
+// YAML. Durations are Go durations ("500ms", "2s", "1m30s"); integers are
+// decimal, or 0x, 0o, 0b prefixed (a leading zero is refused: YAML 1.1
+// reads it as octal); MAC addresses are six hex pairs and should be quoted
+// (YAML 1.1 reads unquoted colon-separated digits as a base-60 number).
+//
+// Top level:
+//
+//	version         required  integer >= 1
+//	written         optional  RFC 3339 time the document was written (sync-delay metric)
+//	hash_seed       0         fleet-wide flow hash seed (flow.NewHasher), 0..2^64-1
+//	node.name       ""        this node's identity; a Host Agent picks its host by it
+//	infra_prefixes  none      prefixes (no host bits) whose traffic is never NATed
+//	bgp             none      a Mux's BGP speaker (below)
+//	vips            none      the services (below)
+//	hosts           none      hosts and VMs, for Host Agents (below)
+//
+// bgp:
+//
+//	asn             required  local AS, 1..4294967295 (not 23456, AS_TRANS)
+//	router_id       required  IPv4 address
+//	listen_port     179       0 = do not listen (outbound sessions only)
+//	hold_time       90s       0 (no keepalives) or 3s..65535s, whole seconds; keepalive = hold/3
+//	withdraw_grace  2s        0..1h; on shutdown: withdraw, keep forwarding this long, then stop
+//	next_hop        (self)    next hop announced; default the session's local address
+//	peers[]         none      address (required, unique; link-local may have a %zone),
+//	                          asn (required), port (179), passive (false)
+//
+// vips[]:
+//
+//	name            required  unique; 1-63 letters, digits, '.', '_', '-'
+//	address         required  IPv4 or IPv6, not IPv4-mapped, no zone
+//	protocol        required  tcp | udp
+//	port            required  1..65535, or 0 / "all" = every port
+//	vni             0         tenant VXLAN network identifier, 0..16777215
+//	distribution    5-tuple   5-tuple | 3-tuple | 2-tuple: the flow fields that pick a backend
+//	table_size      65537     Maglev table size: a prime <= 16777213, >= the number of backends
+//	probe           none      health check (below); without one, backends count as healthy
+//	backends[]      none      the pool (below)
+//
+// vips[].probe (see package health):
+//
+//	type            required  tcp | http
+//	port            backend   port probed; default the backend's port (the VIP's when that is 0)
+//	path            /         http only
+//	method          GET       http only
+//	host            ip:port   http only: the Host header
+//	expect_status   200       http only
+//	interval        2s        time between probes
+//	timeout         1s        must be below interval; default min(1s, interval/2)
+//	rise            2         consecutive successes that bring a backend up
+//	fall            3         consecutive failures that bring it down
+//
+// vips[].backends[]:
+//
+//	name            addr:port unique in the VIP; the backend's Maglev identity
+//	address         required  the DIP, in the VIP's family
+//	port            0         DIP port; 0 = the packet's destination port
+//	mac             required  the DIP's MAC (inner Ethernet destination), unicast
+//	host            required  the DIP host's physical address (VXLAN outer destination)
+//	weight          1         0..65535 relative share of new flows; 0 drains
+//	state           active    active | draining (no new flows); health checks add "down"
+//
+// hosts[] and hosts[].vms[]:
+//
+//	name            address   unique host name
+//	address         required  physical address: where Muxes send VXLAN
+//	vxlan_port      4789      UDP port the host receives VXLAN on
+//	vms[].vni       0         the VM's tenant
+//	vms[].address   required  unique in the VNI
+//	vms[].mac       required  unique in the VNI (dual-stack: once per family)
+//	vms[].interface required  the VM's port on the host: a Linux interface name
+//
+// A complete, commented document is in testdata/example.yaml. A small one,
+// ready to copy:
+//
+//	version: 1
+//	written: 2026-11-30T10:00:00Z
+//	hash_seed: 0x5eed1234
+//	bgp:
+//	  asn: 65010
+//	  router_id: 198.18.0.10
+//	  peers:
+//	    - address: 198.18.0.1
+//	      asn: 65000
+//	vips:
+//	  - name: web
+//	    address: 198.18.100.1
+//	    protocol: tcp
+//	    port: 80
+//	    vni: 100
+//	    probe:
+//	      type: http
+//	      path: /healthz
+//	      interval: 1s
+//	      timeout: 500ms
+//	    backends:
+//	      - name: vm-a
+//	        address: 198.19.1.1
+//	        port: 8080
+//	        mac: "02:00:00:00:01:01"
+//	        host: 198.19.0.1
+//	      - name: vm-b
+//	        address: 198.19.1.2
+//	        port: 8080
+//	        mac: "02:00:00:00:01:02"
+//	        host: 198.19.0.2
+//	hosts:
+//	  - name: host-1
+//	    address: 198.19.0.1
+//	    vms:
+//	      - vni: 100
+//	        address: 198.19.1.1
+//	        mac: "02:00:00:00:01:01"
+//	        interface: vm-a
+//
+// # Reloading
+//
+// A Watcher applies the file at start and again whenever it changes. It
+// watches the file's directory, so an editor's rename-over-write and a
+// Kubernetes ConfigMap's symlink swap are seen. To reload on SIGHUP as
+// well:
+//
+//	hup := make(chan os.Signal, 1)
+//	signal.Notify(hup, syscall.SIGHUP)
+//	w := control.NewWatcher("/etc/xdplb/mux.yaml", control.WatcherOptions{Signals: hup})
+//	err := w.Run(ctx, func(d *control.Document) error {
+//		// healthOf(vip, backend) reports the health checker's verdict.
+//		_, err := rules.Update(d.Version, d.Rules(healthOf))
+//		return err
+//	})
+package control

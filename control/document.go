@@ -1,0 +1,244 @@
+package control
+
+import (
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/health"
+)
+
+// Limits and defaults of the document format.
+const (
+	// MaxWeight is the largest backend weight. Weights are relative: a
+	// backend of weight 2 gets twice the new flows of one of weight 1.
+	MaxWeight = 1<<16 - 1
+	// MaxVNI is the largest VXLAN network identifier (24 bits).
+	MaxVNI = 1<<24 - 1
+	// MaxDocumentSize is the largest document Parse and Load accept.
+	MaxDocumentSize = 16 << 20
+	// MaxErrors is how many problems Parse reports before it stops
+	// listing them (it still says how many more it found).
+	MaxErrors = 50
+
+	// DefaultListenPort is BGP's port, the default of bgp.listen_port and
+	// of each peer's port.
+	DefaultListenPort = 179
+	// DefaultHoldTime is the default BGP hold time (RFC 4271's suggestion).
+	DefaultHoldTime = 90 * time.Second
+	// DefaultWithdrawGrace is how long a stopping Mux keeps forwarding
+	// after withdrawing its routes, by default.
+	DefaultWithdrawGrace = 2 * time.Second
+	// DefaultVXLANPort is the IANA VXLAN port (RFC 7348), the default of
+	// hosts[].vxlan_port.
+	DefaultVXLANPort = 4789
+	// DefaultWeight is a backend's weight when the document gives none.
+	DefaultWeight = 1
+)
+
+// Document is one version of a fleet's desired state, as Parse returns it:
+// validated, with every default filled in, so the values are the ones the
+// node runs (Marshal writes them all out). See the package documentation
+// for the file format.
+//
+// A Document is a value to read: code that receives one from Parse, Load or
+// a Watcher must not modify it.
+type Document struct {
+	// Version orders documents: a node applies a version only if it is
+	// above the one it runs. At least 1.
+	Version uint64
+	// Written is when the document was written, if it says (UTC); a node
+	// reports AppliedAt − Written as its sync delay.
+	Written time.Time
+	// HashSeed is the fleet-wide flow hash seed (flow.NewHasher).
+	HashSeed uint64
+	// Node names the node the document is for (optional).
+	Node Node
+	// InfraPrefixes are infrastructure source prefixes (health probers,
+	// Muxes) whose traffic is never NATed.
+	InfraPrefixes []netip.Prefix
+	// BGP is the Mux's BGP configuration; nil when the document has none.
+	BGP *BGP
+	// VIPs are the services, in document order.
+	VIPs []VIP
+	// Hosts are the physical hosts and their VMs (for Host Agents).
+	Hosts []Host
+}
+
+// Node identifies the node a document is for.
+type Node struct {
+	// Name is the node's identity in logs; a Host Agent picks its entry of
+	// Document.Hosts by this name (or by address).
+	Name string
+}
+
+// BGP is a Mux's BGP speaker configuration.
+type BGP struct {
+	ASN      uint32     // local AS number, 1..4294967295 (not 23456, AS_TRANS)
+	RouterID netip.Addr // IPv4 router identifier
+	// ListenPort is the TCP port to accept sessions on; 0 means do not
+	// listen (outbound sessions only). Default 179.
+	ListenPort int32
+	// HoldTime is the proposed hold time, whole seconds, 0 or at least 3s
+	// (RFC 4271); keepalives go every HoldTime/3. Default 90s.
+	HoldTime time.Duration
+	// WithdrawGrace is how long a stopping Mux keeps forwarding after it
+	// withdrew its routes, so that routers move flows first. Default 2s.
+	WithdrawGrace time.Duration
+	// NextHop is the next hop to announce; invalid (zero) means the local
+	// address of each session (next-hop self).
+	NextHop netip.Addr
+	// Peers are the routers to peer with; addresses are unique.
+	Peers []Peer
+}
+
+// Peer is one BGP neighbour.
+type Peer struct {
+	Address netip.Addr // may carry a zone only when link-local
+	ASN     uint32
+	Port    uint16 // default 179
+	Passive bool   // wait for the peer to connect
+}
+
+// VIP is one service: a virtual address, protocol and port served by a
+// pool of backends in one tenant network.
+type VIP struct {
+	// Name is unique in the document: letters, digits, '.', '_', '-'.
+	Name    string
+	Address netip.Addr // IPv4 or IPv6, no zone, not IPv4-mapped
+	// Protocol is the IP protocol number: flow.ProtoTCP or flow.ProtoUDP.
+	Protocol uint8
+	// Port is the VIP port; 0 serves every port.
+	Port uint16
+	// VNI is the tenant's VXLAN network identifier, 0..MaxVNI.
+	VNI uint32
+	// Distribution says which fields of a flow pick its backend.
+	Distribution flow.TupleMode
+	// TableSize is the Maglev table size (a prime); 0 means
+	// flow.MaglevDefaultSize.
+	TableSize uint32
+	// Probe is the backends' health check (defaults filled in); nil means
+	// no probe: backends are taken as healthy.
+	Probe *health.Spec
+	// Backends is the pool, in document order.
+	Backends []Backend
+}
+
+// Backend is one DIP of a VIP's pool.
+type Backend struct {
+	// Name is unique within the VIP; default "address:port". It is the
+	// backend's Maglev identity, so renaming a backend moves its flows.
+	Name    string
+	Address netip.Addr // the DIP; same family as the VIP (DSR NAT rewrites in place)
+	// Port is the DIP port; 0 means the packet's destination port.
+	Port uint16
+	MAC  [6]byte    // the DIP's MAC: inner Ethernet destination
+	Host netip.Addr // the DIP host's physical address: VXLAN outer destination (either family)
+	// Weight is the relative share of new flows, 0..MaxWeight; 0 drains.
+	// Default 1.
+	Weight uint32
+	// State is the operator's intent: flow.BackendActive or
+	// flow.BackendDraining (health checks add flow.BackendDown).
+	State flow.BackendState
+}
+
+// Host is a physical host running a Host Agent.
+type Host struct {
+	Name      string     // unique; default: the address
+	Address   netip.Addr // physical address: where Muxes send VXLAN
+	VXLANPort uint16     // default 4789
+	VMs       []VM
+}
+
+// VM is one VM (DIP) port on a host.
+type VM struct {
+	VNI       uint32
+	Address   netip.Addr
+	MAC       [6]byte
+	Interface string // the VM's port on the host (a Linux interface name)
+}
+
+// Rules converts the document's VIPs to data-path rules, in document order,
+// for flow.Rules.Update(d.Version, rules).
+//
+// Each backend's State is the document's (active or draining) unless
+// health reports it down: health(vip.Name, backend.Name) returns
+// up=false, known=true. A backend whose health is not known (no verdict
+// yet, or no probe) keeps the document's state; a nil health function
+// means none is known. Down wins over draining: a down backend gets no
+// flows at all.
+func (d *Document) Rules(health func(vip, backend string) (up bool, known bool)) []flow.Rule {
+	rules := make([]flow.Rule, len(d.VIPs))
+	for i := range d.VIPs {
+		v := &d.VIPs[i]
+		r := &rules[i]
+		*r = flow.Rule{
+			Name:      v.Name,
+			VIP:       flow.VIP{Addr: v.Address, Proto: v.Protocol, Port: v.Port, VNI: v.VNI},
+			Mode:      v.Distribution,
+			TableSize: v.TableSize,
+			Backends:  make([]flow.Backend, len(v.Backends)),
+		}
+		for j := range v.Backends {
+			b := &v.Backends[j]
+			state := b.State
+			if health != nil {
+				if up, known := health(v.Name, b.Name); known && !up {
+					state = flow.BackendDown
+				}
+			}
+			r.Backends[j] = flow.Backend{
+				Name:   b.Name,
+				Addr:   b.Address,
+				Port:   b.Port,
+				MAC:    b.MAC,
+				Host:   b.Host,
+				Weight: b.Weight,
+				State:  state,
+			}
+		}
+	}
+	return rules
+}
+
+// Prefixes returns the host prefixes (/32, /128) of the document's VIP
+// addresses, sorted and without duplicates: what a Mux announces (the
+// healthy ones) and steers to its data path.
+func (d *Document) Prefixes() []netip.Prefix {
+	ps := make([]netip.Prefix, 0, len(d.VIPs))
+	for i := range d.VIPs {
+		a := d.VIPs[i].Address
+		ps = append(ps, netip.PrefixFrom(a, a.BitLen()))
+	}
+	slices.SortFunc(ps, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	return slices.Compact(ps)
+}
+
+// Host returns the host whose name is nameOrAddr, else the one whose
+// address is nameOrAddr (parsed as an IP address).
+func (d *Document) Host(nameOrAddr string) (*Host, bool) {
+	for i := range d.Hosts {
+		if d.Hosts[i].Name == nameOrAddr {
+			return &d.Hosts[i], true
+		}
+	}
+	if a, err := netip.ParseAddr(nameOrAddr); err == nil {
+		for i := range d.Hosts {
+			if d.Hosts[i].Address == a {
+				return &d.Hosts[i], true
+			}
+		}
+	}
+	return nil, false
+}
+
+// VIP returns the VIP with the given name.
+func (d *Document) VIP(name string) (*VIP, bool) {
+	for i := range d.VIPs {
+		if d.VIPs[i].Name == name {
+			return &d.VIPs[i], true
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,233 @@
+package control
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/xdplb/xdplb/flow"
+)
+
+// Marshal writes d in the document format with every value explicit
+// (defaults included), so that Parse(Marshal(d)) gives back d for any
+// document Parse returned. It writes what d holds even when that is
+// invalid (Validate relies on it); it fails only if encoding fails.
+func (d *Document) Marshal() ([]byte, error) {
+	root := mapping()
+	add(root, "version", uintNode(d.Version))
+	if !d.Written.IsZero() {
+		add(root, "written", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!timestamp", Value: d.Written.Format(time.RFC3339Nano)})
+	}
+	add(root, "hash_seed", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: "0x" + strconv.FormatUint(d.HashSeed, 16)})
+	if d.Node.Name != "" {
+		n := mapping()
+		add(n, "name", strNode(d.Node.Name))
+		add(root, "node", n)
+	}
+	if len(d.InfraPrefixes) > 0 {
+		s := sequence()
+		for _, p := range d.InfraPrefixes {
+			s.Content = append(s.Content, strNode(p.String()))
+		}
+		add(root, "infra_prefixes", s)
+	}
+	if b := d.BGP; b != nil {
+		n := mapping()
+		add(n, "asn", uintNode(uint64(b.ASN)))
+		addAddr(n, "router_id", b.RouterID)
+		add(n, "listen_port", intNode(int64(b.ListenPort)))
+		add(n, "hold_time", strNode(b.HoldTime.String()))
+		add(n, "withdraw_grace", strNode(b.WithdrawGrace.String()))
+		addAddr(n, "next_hop", b.NextHop)
+		if len(b.Peers) > 0 {
+			s := sequence()
+			for _, p := range b.Peers {
+				pn := mapping()
+				addAddr(pn, "address", p.Address)
+				add(pn, "asn", uintNode(uint64(p.ASN)))
+				add(pn, "port", uintNode(uint64(p.Port)))
+				add(pn, "passive", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(p.Passive)})
+				s.Content = append(s.Content, pn)
+			}
+			add(n, "peers", s)
+		}
+		add(root, "bgp", n)
+	}
+	if len(d.VIPs) > 0 {
+		s := sequence()
+		for i := range d.VIPs {
+			s.Content = append(s.Content, marshalVIP(&d.VIPs[i]))
+		}
+		add(root, "vips", s)
+	}
+	if len(d.Hosts) > 0 {
+		s := sequence()
+		for i := range d.Hosts {
+			h := &d.Hosts[i]
+			hn := mapping()
+			add(hn, "name", strNode(h.Name))
+			addAddr(hn, "address", h.Address)
+			add(hn, "vxlan_port", uintNode(uint64(h.VXLANPort)))
+			if len(h.VMs) > 0 {
+				vs := sequence()
+				for _, vm := range h.VMs {
+					vn := mapping()
+					add(vn, "vni", uintNode(uint64(vm.VNI)))
+					addAddr(vn, "address", vm.Address)
+					add(vn, "mac", macNode(vm.MAC))
+					add(vn, "interface", strNode(vm.Interface))
+					vs.Content = append(vs.Content, vn)
+				}
+				add(hn, "vms", vs)
+			}
+			s.Content = append(s.Content, hn)
+		}
+		add(root, "hosts", s)
+	}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(root); err != nil {
+		return nil, fmt.Errorf("control: marshal: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("control: marshal: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+func marshalVIP(v *VIP) *yaml.Node {
+	n := mapping()
+	add(n, "name", strNode(v.Name))
+	addAddr(n, "address", v.Address)
+	switch v.Protocol {
+	case flow.ProtoTCP:
+		add(n, "protocol", strNode("tcp"))
+	case flow.ProtoUDP:
+		add(n, "protocol", strNode("udp"))
+	default:
+		add(n, "protocol", uintNode(uint64(v.Protocol))) // invalid: Parse says so
+	}
+	if v.Port == 0 {
+		add(n, "port", strNode("all"))
+	} else {
+		add(n, "port", uintNode(uint64(v.Port)))
+	}
+	add(n, "vni", uintNode(uint64(v.VNI)))
+	add(n, "distribution", strNode(v.Distribution.String()))
+	if v.TableSize != 0 {
+		add(n, "table_size", uintNode(uint64(v.TableSize)))
+	}
+	if p := v.Probe; p != nil {
+		pn := mapping()
+		add(pn, "type", strNode(p.Type.String()))
+		if p.Port != 0 {
+			add(pn, "port", uintNode(uint64(p.Port)))
+		}
+		if p.Path != "" {
+			add(pn, "path", strNode(p.Path))
+		}
+		if p.Method != "" {
+			add(pn, "method", strNode(p.Method))
+		}
+		if p.Host != "" {
+			add(pn, "host", strNode(p.Host))
+		}
+		if p.ExpectStatus != 0 {
+			add(pn, "expect_status", intNode(int64(p.ExpectStatus)))
+		}
+		add(pn, "interval", strNode(p.Interval.String()))
+		add(pn, "timeout", strNode(p.Timeout.String()))
+		add(pn, "rise", intNode(int64(p.Rise)))
+		add(pn, "fall", intNode(int64(p.Fall)))
+		add(n, "probe", pn)
+	}
+	if len(v.Backends) > 0 {
+		s := sequence()
+		for j := range v.Backends {
+			b := &v.Backends[j]
+			bn := mapping()
+			add(bn, "name", strNode(b.Name))
+			addAddr(bn, "address", b.Address)
+			if b.Port != 0 {
+				add(bn, "port", uintNode(uint64(b.Port)))
+			}
+			add(bn, "mac", macNode(b.MAC))
+			addAddr(bn, "host", b.Host)
+			add(bn, "weight", uintNode(uint64(b.Weight)))
+			if b.State != flow.BackendActive {
+				add(bn, "state", strNode(b.State.String()))
+			}
+			s.Content = append(s.Content, bn)
+		}
+		add(n, "backends", s)
+	}
+	return n
+}
+
+func mapping() *yaml.Node  { return &yaml.Node{Kind: yaml.MappingNode} }
+func sequence() *yaml.Node { return &yaml.Node{Kind: yaml.SequenceNode} }
+
+func add(m *yaml.Node, key string, v *yaml.Node) {
+	m.Content = append(m.Content, strNode(key), v)
+}
+
+// addAddr adds an address unless it is invalid (then Parse reports the key
+// missing, which is what an unset address is).
+func addAddr(m *yaml.Node, key string, a netip.Addr) {
+	if a.IsValid() {
+		add(m, key, strNode(a.String()))
+	}
+}
+
+func strNode(s string) *yaml.Node {
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s}
+}
+
+func uintNode(u uint64) *yaml.Node {
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatUint(u, 10)}
+}
+
+func intNode(i int64) *yaml.Node {
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatInt(i, 10)}
+}
+
+// macNode writes a MAC in double quotes: YAML 1.1 readers take unquoted
+// colon-separated digits for a base-60 number.
+func macNode(m [6]byte) *yaml.Node {
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: formatMAC(m), Style: yaml.DoubleQuotedStyle}
+}
+
+// Validate checks a Document built in code (not by Parse) by the rules
+// Parse applies: it marshals d and parses the result. The problems name
+// field paths but no lines. Defaults are not filled in: a Document must
+// hold resolved values (e.g. a backend's Weight 0 drains it; a Host's
+// VXLANPort 0 is an error).
+func (d *Document) Validate() error {
+	data, err := d.Marshal()
+	if err != nil {
+		return err
+	}
+	_, err = parse("", data)
+	if err == nil {
+		return nil
+	}
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	for _, e := range errs {
+		var fe *FieldError
+		if errors.As(e, &fe) {
+			fe.Line, fe.Column = 0, 0
+		}
+	}
+	return err
+}
