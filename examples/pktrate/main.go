@@ -1,0 +1,188 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/xdplb/xdplb/internal/netlab"
+	"github.com/xdplb/xdplb/internal/pktrate"
+)
+
+// procFlags collects repeated -proc label=command flags.
+type procFlags []pktrate.Process
+
+func (p *procFlags) String() string { return fmt.Sprint(len(*p), " programs") }
+
+func (p *procFlags) Set(v string) error {
+	label, cmdline, ok := strings.Cut(v, "=")
+	f := strings.Fields(cmdline)
+	if !ok || label == "" || len(f) == 0 {
+		return errors.New(`want label=program args..., e.g. mux=/tmp/mux -in {in} -out {out}`)
+	}
+	*p = append(*p, pktrate.Process{Label: label, Path: f[0], Args: f[1:]})
+	return nil
+}
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	var (
+		duts      = flag.String("duts", "xdp-redirect,kernel,l2fwd", "DUT modes to compare, in order (the first is the ratio reference): xdp-redirect, kernel, l2fwd, or a -proc label")
+		sizes     = flag.String("size", "64", "frame sizes with FCS, 64..1518, comma-separated")
+		flows     = flag.String("flows", "1,1k", "flow counts (1..2M), comma-separated, k/M suffixes")
+		loads     = flag.String("load", "max", "offered loads in packets/s (k/M suffixes) or max, comma-separated")
+		duration  = flag.Duration("duration", 2*time.Second, "measurement window per trial")
+		warmup    = flag.Duration("warmup", 500*time.Millisecond, "warm-up before each window")
+		trials    = flag.Int("trials", 5, "trials per DUT and point (figures are medians)")
+		genCPU    = flag.String("gen-cpu", "", "pin the generator's sending thread to these CPUs (comma-separated)")
+		dutCPU    = flag.String("dut-cpu", "", "pin the DUT's ingress NAPI threads to these CPUs (threaded NAPI only)")
+		sinkCPU   = flag.String("sink-cpu", "", "pin the sink's NAPI threads to these CPUs (threaded NAPI only)")
+		napi      = flag.String("napi", "threaded-fifo", "where the DUT's and the sink's kernel receive work runs: threaded-fifo, threaded (DUT at normal priority) or softirq (DUT CPU is then /proc/stat softirq time, an upper bound)")
+		queues    = flag.Int("queues", 1, "queues per veth")
+		l2fwdBin  = flag.String("l2fwd-bin", "", "prebuilt examples/l2fwd binary (default: go build ./examples/l2fwd)")
+		l2fwdArgs = flag.String("l2fwd-args", "-in {in} -out {out} -dst-mac {next_mac}", "l2fwd arguments; {in} {out} {in_mac} {out_mac} {next_mac} {next_ip} are replaced")
+		prefix    = flag.String("prefix", "pktrate", "namespace name prefix")
+		procs     procFlags
+	)
+	flag.Var(&procs, "proc", "extra DUT mode run as a program in the DUT namespace: label=program args... (placeholders as in -l2fwd-args); repeatable")
+	flag.Parse()
+
+	cfg := pktrate.Config{
+		Duration: *duration, Warmup: *warmup, Trials: *trials,
+		Topology: pktrate.TopologyConfig{Queues: *queues},
+		Progress: func(p pktrate.Point, trial int, s pktrate.Sample) {
+			fmt.Fprintf(os.Stderr, "%-12s %4dB %7d flows load %-5v trial %d: offered %.3f, delivered %.3f, forwarded %.3f Mpps; loss %.2f%% (in %.2f%%, out %.2f%%); DUT %.0f ns/pkt; CPU dut %.2f gen %.2f sink %.2f; busy %d; drops %+v\n",
+				p.DUT, p.Size, p.Flows, p.Load, trial+1, s.OfferedPPS()/1e6, s.DeliveredPPS()/1e6, s.ForwardedPPS()/1e6,
+				s.Loss()*100, s.IngressLoss()*100, s.EgressLoss()*100, float64(s.CPUPerPacket().Nanoseconds()),
+				s.Utilisation(s.DUTCPU), s.Utilisation(s.GenCPU), s.Utilisation(s.SinkCPU), s.Busy, s.Drops)
+		},
+	}
+	var err error
+	if cfg.Sizes, err = parseList(*sizes, strconv.Atoi); err != nil {
+		return fail(err)
+	}
+	if cfg.Flows, err = parseList(*flows, pktrate.ParseCount); err != nil {
+		return fail(err)
+	}
+	if cfg.Loads, err = parseList(*loads, pktrate.ParseLoad); err != nil {
+		return fail(err)
+	}
+	if cfg.Topology.NAPI, err = pktrate.ParseNAPIMode(*napi); err != nil {
+		return fail(err)
+	}
+	for _, c := range []struct {
+		flag string
+		dst  *[]int
+	}{{*genCPU, &cfg.GenAffinity}, {*dutCPU, &cfg.Topology.DUTNAPICPUs}, {*sinkCPU, &cfg.Topology.SinkNAPICPUs}} {
+		if c.flag != "" {
+			if *c.dst, err = parseList(c.flag, strconv.Atoi); err != nil {
+				return fail(err)
+			}
+		}
+	}
+
+	tmp, err := os.MkdirTemp("", "pktrate-")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(tmp)
+	for _, name := range strings.Split(*duts, ",") {
+		switch name = strings.TrimSpace(name); name {
+		case "xdp-redirect":
+			cfg.DUTs = append(cfg.DUTs, pktrate.XDPRedirect{})
+		case "kernel":
+			cfg.DUTs = append(cfg.DUTs, pktrate.KernelForward{})
+		case "l2fwd":
+			bin := *l2fwdBin
+			if bin == "" {
+				if bin, err = build(tmp, "./examples/l2fwd"); err != nil {
+					return fail(err)
+				}
+			}
+			cfg.DUTs = append(cfg.DUTs, pktrate.Process{Label: "l2fwd", Path: bin, Args: strings.Fields(*l2fwdArgs)})
+		default:
+			found := false
+			for _, p := range procs {
+				if p.Label == name {
+					cfg.DUTs, found = append(cfg.DUTs, p), true
+				}
+			}
+			if !found {
+				return fail(fmt.Errorf("unknown DUT mode %q (define it with -proc %s=program args...)", name, name))
+			}
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := netlab.CleanupStale(*prefix); err != nil {
+		fmt.Fprintln(os.Stderr, "pktrate: removing stale namespaces:", err)
+	}
+	lab, err := netlab.NewStandalone(*prefix)
+	if err != nil {
+		return fail(err)
+	}
+	defer lab.Close()
+
+	start := time.Now()
+	results, err := pktrate.Run(ctx, lab, cfg)
+	if len(results) > 0 {
+		fmt.Printf("\npktrate %s\n\n%d trials of %v (+%v warm-up) per row; figures are medians.\n\n",
+			strings.Join(os.Args[1:], " "), cfg.Trials, cfg.Duration, cfg.Warmup)
+		_ = pktrate.WriteTable(os.Stdout, results)
+		fmt.Fprintf(os.Stderr, "total %v\n", time.Since(start).Round(time.Second))
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// build compiles a package of this module into dir and returns the binary.
+func build(dir, pkg string) (string, error) {
+	if _, err := os.Stat(pkg); err != nil {
+		return "", fmt.Errorf("%s not found (run from the repository root, or pass -l2fwd-bin, or drop l2fwd from -duts): %w", pkg, err)
+	}
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build %s: %w", pkg, err)
+	}
+	return out, nil
+}
+
+func parseList[T any](s string, parse func(string) (T, error)) ([]T, error) {
+	var out []T
+	for _, f := range strings.Split(s, ",") {
+		v, err := parse(strings.TrimSpace(f))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func fail(err error) int {
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "pktrate:") {
+		msg = "pktrate: " + msg
+	}
+	fmt.Fprintln(os.Stderr, msg)
+	return 1
+}
