@@ -107,6 +107,25 @@ func (s *Stage) balance(snap *flow.Snapshot, p *engine.Packet, now flow.Tick) en
 		return 0
 	}
 
+	if p.Flags&engine.FlagICMPError != 0 {
+		// An ICMP error goes where its flow goes; it neither creates nor
+		// advances an entry.
+		idx := -1
+		if id, _, ok := ct.Lookup(k, now); ok {
+			if br, i, found := snap.Backend(id); found && br == r && r.Backends[i].State != flow.BackendDown {
+				idx = i
+			}
+		}
+		if idx < 0 {
+			var ok bool
+			if idx, ok = r.Pick(p.Hash); !ok {
+				return engine.DropNoBackend
+			}
+		}
+		p.Backend = int32(idx)
+		return 0
+	}
+
 	class := classOf(p)
 	if id, cur, ok := ct.Lookup(k, now); ok {
 		if br, idx, found := snap.Backend(id); found && br == r && r.Backends[idx].State != flow.BackendDown {

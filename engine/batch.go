@@ -6,10 +6,12 @@ package engine
 type Batch struct {
 	pkts  [MaxBatch]*Packet
 	n     int
-	drops int // packets marked dropped and not yet removed
+	drops int // packets marked dropped or emitted and not yet removed
 
 	dropped [MaxBatch]*Packet // removed by Compact, released after TX
 	nd      int
+	emitted [MaxBatch]*Packet // finished early (Emit), transmitted after the pipeline
+	ne      int
 
 	// Worker is the index of the worker running the batch.
 	Worker int
@@ -37,9 +39,18 @@ func (b *Batch) Drop(p *Packet, r DropReason) {
 	}
 }
 
-// Compact removes dropped packets from the live set, counting their
-// reasons. Pipelines call it after every stage; it costs nothing when no
-// packet was dropped.
+// Emit finishes p early: it leaves the batch after the stage returns and is
+// transmitted on p.OutPort without running the later stages.
+func (b *Batch) Emit(p *Packet) {
+	if p.Verdict == VerdictTX {
+		p.Verdict = VerdictEmit
+		b.drops++
+	}
+}
+
+// Compact removes dropped and emitted packets from the live set, counting
+// drop reasons. Pipelines call it after every stage; it costs nothing when
+// no packet was dropped or emitted.
 func (b *Batch) Compact() {
 	if b.drops == 0 {
 		return
@@ -47,12 +58,17 @@ func (b *Batch) Compact() {
 	j := 0
 	for i := 0; i < b.n; i++ {
 		p := b.pkts[i]
-		if p.Verdict == VerdictDrop {
+		switch p.Verdict {
+		case VerdictDrop:
 			if b.Counters != nil {
 				b.Counters.countDrop(p.Reason)
 			}
 			b.dropped[b.nd] = p
 			b.nd++
+			continue
+		case VerdictEmit:
+			b.emitted[b.ne] = p
+			b.ne++
 			continue
 		}
 		b.pkts[j] = p
@@ -65,9 +81,23 @@ func (b *Batch) Compact() {
 // Dropped returns the packets removed by Compact since the batch was reset.
 func (b *Batch) Dropped() []*Packet { return b.dropped[:b.nd] }
 
+// Emitted returns the packets finished early with Emit.
+func (b *Batch) Emitted() []*Packet { return b.emitted[:b.ne] }
+
+// Finish moves emitted packets back into the live set, for transmission.
+// The worker calls it after the pipeline.
+func (b *Batch) Finish() {
+	for _, p := range b.emitted[:b.ne] {
+		p.Verdict = VerdictTX
+		b.pkts[b.n] = p
+		b.n++
+	}
+	b.ne = 0
+}
+
 // Reset empties the batch, keeping its context.
 func (b *Batch) Reset() {
-	b.n, b.nd, b.drops = 0, 0, 0
+	b.n, b.nd, b.ne, b.drops = 0, 0, 0, 0
 }
 
 // add appends p; ports call Append through the Receive contract.

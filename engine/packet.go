@@ -21,6 +21,10 @@ const (
 	VerdictTX Verdict = iota
 	// VerdictDrop discards the packet; Packet.Reason says why.
 	VerdictDrop
+	// VerdictEmit sends the packet on OutPort at once: the stage that set
+	// it (Batch.Emit) finished the packet — an ICMP reply, say — and the
+	// later stages do not see it.
+	VerdictEmit
 )
 
 // Packet flags set by the parser.
@@ -30,6 +34,7 @@ const (
 	FlagFragment                        // L3 header says the packet is a fragment
 	FlagNonFirstFrag                    // a fragment without the L4 header (no ports)
 	FlagL4                              // L4Off points at a validated TCP/UDP/ICMP header
+	FlagICMPError                       // an ICMP error whose Key is the quoted flow, reversed (balance.ICMP)
 )
 
 // Packet is one frame and the metadata the stages share about it. The engine

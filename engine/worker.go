@@ -109,6 +109,7 @@ func (w *Worker) pollInput(in Input) int {
 	w.counters.rx += uint64(n)
 	w.counters.batches++
 	in.Pipeline.Process(b)
+	b.Finish()
 	w.transmit(b)
 	w.release(b)
 	return n

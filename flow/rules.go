@@ -199,11 +199,29 @@ type Snapshot struct {
 	mask     uint64
 	allPorts bool // some rule has VIP.Port 0: Lookup tries the fallback
 
+	// vipAddrs holds every (VNI, VIP address) of the snapshot, for
+	// IsVIPAddr (ICMP to a VIP: not the per-packet path).
+	vipAddrs map[vipAddrKey]struct{}
+
 	// Backend IDs: an open-addressing index from Backend.ID to its place,
 	// and the next ID to hand out (carried over from snapshot to snapshot).
 	byID   []idSlot
 	idMask uint32
 	nextID uint32
+}
+
+type vipAddrKey struct {
+	addr [16]byte
+	vni  uint32
+	fam  uint8
+}
+
+// IsVIPAddr reports whether k's destination address, in k's VNI, is the
+// address of any rule, whatever its protocol and port. It does not
+// allocate.
+func (s *Snapshot) IsVIPAddr(k *Key) bool {
+	_, ok := s.vipAddrs[vipAddrKey{addr: k.Dst, vni: k.VNI, fam: k.Family}]
+	return ok
 }
 
 // idSlot places one backend ID; id 0 marks an empty slot.
@@ -264,6 +282,20 @@ func NewSnapshot(version uint64, rules []Rule, prev *Snapshot) (*Snapshot, error
 		if r.VIP.Port == 0 {
 			s.allPorts = true
 		}
+		if s.vipAddrs == nil {
+			s.vipAddrs = make(map[vipAddrKey]struct{}, len(rules))
+		}
+		var ak vipAddrKey
+		ak.vni = r.VIP.VNI
+		if r.VIP.Addr.Is4() {
+			a4 := r.VIP.Addr.As4()
+			copy(ak.addr[:], a4[:])
+			ak.fam = FamilyIPv4
+		} else {
+			ak.addr = r.VIP.Addr.As16()
+			ak.fam = FamilyIPv6
+		}
+		s.vipAddrs[ak] = struct{}{}
 		s.rules[i] = r
 	}
 	s.assignIDs(prev)

@@ -1,0 +1,208 @@
+package balance
+
+import (
+	"encoding/binary"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/header"
+)
+
+// DropICMPRate counts echo requests to a VIP refused by the rate limit.
+var DropICMPRate = engine.RegisterDropReason("icmp_rate_limited")
+
+// ICMPConfig configures the ICMP stage.
+type ICMPConfig struct {
+	// Rules is the published configuration (the VIP addresses).
+	Rules *flow.Rules
+	// EchoRate is how many echo requests per second the Mux answers, over
+	// all VIPs (default 1000); EchoBurst how many at once (default
+	// EchoRate). Past it requests are dropped (icmp_rate_limited).
+	EchoRate  float64
+	EchoBurst float64
+	// Now is the clock (default time.Now); tests inject one.
+	Now func() time.Time
+}
+
+// ICMP is the Mux's ICMP stage; it runs before the balancing stage.
+//
+//   - An echo request (ping) to a VIP address is answered by the Mux
+//     itself, rate-limited: the reply proves this Mux is alive and
+//     forwarding for the VIP, independent of the DIPs' health.
+//   - An ICMP error about a VIP flow — fragmentation needed or packet too
+//     big from a router on the return path (DSR: the VIP is the source of
+//     the replies), destination unreachable, time exceeded — quotes a
+//     packet from VIP to client. The stage sets the packet's Key to the
+//     quoted flow reversed (client → VIP) and flags it FlagICMPError, so
+//     the balancing stage sends the error to the same DIP as that flow
+//     (without creating a connection-table entry), where the DIP's stack
+//     learns the path MTU.
+//
+// Other packets pass untouched.
+type ICMP struct {
+	cfg ICMPConfig
+
+	mu     sync.Mutex // taken only for echo requests to a VIP
+	tokens float64
+	last   time.Time
+}
+
+// NewICMP returns the ICMP stage.
+func NewICMP(cfg ICMPConfig) (*ICMP, error) {
+	if cfg.Rules == nil {
+		return nil, errors.New("balance: ICMPConfig.Rules is nil")
+	}
+	if cfg.EchoRate < 0 || cfg.EchoBurst < 0 {
+		return nil, errors.New("balance: ICMP echo rate and burst must not be negative")
+	}
+	if cfg.EchoRate == 0 {
+		cfg.EchoRate = 1000
+	}
+	if cfg.EchoBurst == 0 {
+		cfg.EchoBurst = cfg.EchoRate
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &ICMP{cfg: cfg, tokens: cfg.EchoBurst}, nil
+}
+
+// Process implements engine.Stage.
+func (s *ICMP) Process(b *engine.Batch) {
+	var snap *flow.Snapshot
+	for _, p := range b.Packets() {
+		if p.Flags&engine.FlagL4 == 0 || (p.L4Proto != flow.ProtoICMP && p.L4Proto != flow.ProtoICMPv6) {
+			continue
+		}
+		if snap == nil {
+			snap = s.cfg.Rules.Load()
+		}
+		s.handle(b, snap, p)
+	}
+}
+
+func (s *ICMP) handle(b *engine.Batch, snap *flow.Snapshot, p *engine.Packet) {
+	l4 := p.L4()
+	typ := l4[0]
+	v4 := p.Flags&engine.FlagIPv4 != 0
+	switch {
+	case v4 && typ == header.ICMPv4EchoRequest, !v4 && typ == header.ICMPv6EchoRequest:
+		if !snap.IsVIPAddr(&p.Key) {
+			return // not ours: the balancing stage drops it (no rule)
+		}
+		if !s.allow() {
+			b.Drop(p, DropICMPRate)
+			return
+		}
+		echoReply(p, v4)
+		b.Emit(p)
+	case v4 && (typ == header.ICMPv4DestUnreachable || typ == header.ICMPv4TimeExceeded),
+		!v4 && (typ == header.ICMPv6DestUnreachable || typ == header.ICMPv6PacketTooBig || typ == header.ICMPv6TimeExceeded):
+		var k flow.Key
+		if !quotedKey(l4[header.ICMPv4MinSize:], v4, p.Key.VNI, &k) {
+			return
+		}
+		if snap.Lookup(&k) == nil {
+			return
+		}
+		p.Key = k
+		p.Flags |= engine.FlagICMPError
+	}
+}
+
+// allow takes a token from the echo bucket.
+func (s *ICMP) allow() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.cfg.Now()
+	if !s.last.IsZero() {
+		s.tokens += now.Sub(s.last).Seconds() * s.cfg.EchoRate
+		if s.tokens > s.cfg.EchoBurst {
+			s.tokens = s.cfg.EchoBurst
+		}
+	}
+	s.last = now
+	if s.tokens < 1 {
+		return false
+	}
+	s.tokens--
+	return true
+}
+
+// echoReply turns an echo request into its reply in place: addresses and
+// MACs swapped, type changed with an RFC 1624 checksum update (swapping
+// the addresses changes neither the IPv4 header sum nor the ICMPv6
+// pseudo-header sum), TTL / hop limit reset to 64, sent back out of the
+// port it came in on.
+func echoReply(p *engine.Packet, v4 bool) {
+	eth := header.Ethernet(p.Data())
+	src, dst := eth.Src(), eth.Dst()
+	eth.SetSrc(dst)
+	eth.SetDst(src)
+	l4 := p.L4()
+	oldWord := binary.BigEndian.Uint16(l4)
+	if v4 {
+		ip := header.IPv4(p.L3())
+		a, d := ip.Src(), ip.Dst()
+		ip.SetSrc(d)
+		ip.SetDst(a)
+		ip.SetTTLWithChecksumUpdate(64)
+		m := header.ICMPv4(l4)
+		m.SetType(header.ICMPv4EchoReply)
+		m.SetChecksum(header.ChecksumUpdate16(m.Checksum(), oldWord, binary.BigEndian.Uint16(l4)))
+	} else {
+		ip := header.IPv6(p.L3())
+		a, d := ip.Src(), ip.Dst()
+		ip.SetSrc(d)
+		ip.SetDst(a)
+		ip.SetHopLimit(64)
+		m := header.ICMPv6(l4)
+		m.SetType(header.ICMPv6EchoReply)
+		m.SetChecksum(header.ChecksumUpdate16(m.Checksum(), oldWord, binary.BigEndian.Uint16(l4)))
+	}
+	p.OutPort = p.InPort
+}
+
+// quotedKey reads the packet an ICMP error quotes (q starts at its IP
+// header) and fills k with that flow reversed. Only the fixed IPv6 header
+// is read: a quoted packet with extension headers is keyed without ports.
+// It reports false when the quote is too short to name a flow.
+func quotedKey(q []byte, v4 bool, vni uint32, k *flow.Key) bool {
+	var proto uint8
+	var l4 []byte
+	if v4 {
+		if len(q) < header.IPv4MinSize || q[0]>>4 != 4 {
+			return false
+		}
+		ihl := int(q[0]&0x0f) * 4
+		if ihl < header.IPv4MinSize || len(q) < ihl {
+			return false
+		}
+		ip := header.IPv4(q)
+		proto = ip.Protocol()
+		if ip.FragmentOffset() == 0 {
+			l4 = q[ihl:]
+		}
+		var sport, dport uint16
+		if (proto == flow.ProtoTCP || proto == flow.ProtoUDP) && len(l4) >= 4 {
+			sport, dport = binary.BigEndian.Uint16(l4), binary.BigEndian.Uint16(l4[2:])
+		}
+		k.SetIPv4(vni, proto, ip.DstSlice(), ip.SrcSlice(), dport, sport)
+		return true
+	}
+	if len(q) < header.IPv6Size || q[0]>>4 != 6 {
+		return false
+	}
+	ip := header.IPv6(q)
+	proto = ip.NextHeader()
+	l4 = q[header.IPv6Size:]
+	var sport, dport uint16
+	if (proto == flow.ProtoTCP || proto == flow.ProtoUDP) && len(l4) >= 4 {
+		sport, dport = binary.BigEndian.Uint16(l4), binary.BigEndian.Uint16(l4[2:])
+	}
+	k.SetIPv6(vni, proto, ip.DstSlice(), ip.SrcSlice(), dport, sport)
+	return true
+}
