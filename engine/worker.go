@@ -28,6 +28,12 @@ type WorkerConfig struct {
 	// IdleWaitMs is how long an idle worker waits for frames (Waiter ports)
 	// or sleeps before polling again (default 1).
 	IdleWaitMs int
+	// IdleSpins is how many empty polls in a row a worker makes, yielding
+	// the processor between them, before it waits. 0 waits at once: a
+	// Waiter port's Wait (poll(2)) returns as soon as a frame arrives, so
+	// latency stays low and an idle worker costs no CPU. Raise it to trade
+	// CPU for latency at high rates (busy polling).
+	IdleSpins int
 }
 
 // Worker moves batches from its inputs through their pipelines to its
@@ -69,6 +75,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	if cfg.IdleWaitMs <= 0 {
 		cfg.IdleWaitMs = 1
+	}
+	if cfg.IdleSpins < 0 {
+		return nil, errors.New("engine: IdleSpins must not be negative")
 	}
 	w := &Worker{cfg: cfg}
 	w.batch.Worker = cfg.ID
@@ -254,7 +263,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		default:
 		}
 		idle++
-		if idle < 64 {
+		if idle <= w.cfg.IdleSpins {
 			runtime.Gosched()
 			continue
 		}

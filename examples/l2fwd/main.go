@@ -38,6 +38,7 @@ type options struct {
 	bind     string
 	xdpMode  string
 	frames   int
+	spins    int
 	stats    time.Duration
 	duration time.Duration
 }
@@ -52,6 +53,7 @@ func main() {
 	flag.StringVar(&o.bind, "bind", "auto", "AF_XDP bind mode: auto, copy or zerocopy")
 	flag.StringVar(&o.xdpMode, "xdp-mode", "auto", "XDP attach mode: auto, driver or generic")
 	flag.IntVar(&o.frames, "frames", 4096, "UMEM frames per queue")
+	flag.IntVar(&o.spins, "spin", 0, "empty polls before an idle worker sleeps in poll(2) (0: sleep at once; higher trades CPU for latency)")
 	flag.DurationVar(&o.stats, "stats", time.Second, "interval between rate lines on stderr (0: none)")
 	flag.DurationVar(&o.duration, "duration", 0, "stop after this long (0: run until signalled)")
 	flag.Parse()
@@ -148,7 +150,7 @@ func run(o options, log *slog.Logger) error {
 			out = 1
 		}
 		pl := engine.NewPipeline(forward(src, dst, o.dstMAC != "", out))
-		w, err := engine.NewWorker(engine.WorkerConfig{ID: q, Ports: wports,
+		w, err := engine.NewWorker(engine.WorkerConfig{ID: q, Ports: wports, IdleSpins: o.spins,
 			Inputs: []engine.Input{{Port: 0, Pipeline: pl}}})
 		if err != nil {
 			return err

@@ -1,0 +1,286 @@
+package mux
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sort"
+	"sync"
+
+	"github.com/xdplb/xdplb/bgp"
+	"github.com/xdplb/xdplb/control"
+	"github.com/xdplb/xdplb/engine/steer"
+	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/health"
+)
+
+// Announcer is what the controller needs of the BGP speaker: make the
+// announced set exactly the given prefixes. *bgp.Announcer implements it.
+type Announcer interface {
+	Sync(want []netip.Prefix) error
+}
+
+// Steering is what the controller needs of the XDP steering program:
+// replace the rule set. *steer.Program implements it.
+type Steering interface {
+	Sync(desired steer.Config) error
+}
+
+// Checker is what the controller needs of the health checker.
+// *health.Checker implements it.
+type Checker interface {
+	Set(targets []health.Target) error
+	State(key string) (health.State, bool)
+}
+
+// Controller turns desired-state documents and health verdicts into the
+// data path's configuration: it publishes rule snapshots (flow.Rules),
+// keeps the health checker's targets, the steering program's VIP rules and
+// the BGP announcements in step, and reports the version it runs.
+//
+// A VIP is announced while it has at least one backend that can take new
+// flows (active, weight above 0, and healthy when probed). Backends of a
+// probed VIP count as down until their first probe passes, so a Mux
+// starting up announces a VIP only once it can serve it. Nothing is
+// announced while the Mux is draining.
+type Controller struct {
+	rules    *flow.Rules
+	checker  Checker
+	announce Announcer // may be nil (no BGP)
+	steering Steering  // may be nil (no data path, tests)
+	log      *slog.Logger
+
+	mu       sync.Mutex
+	doc      *control.Document
+	draining bool
+	last     []netip.Prefix // last announced set
+}
+
+// ControllerConfig wires a Controller.
+type ControllerConfig struct {
+	Rules     *flow.Rules
+	Checker   Checker
+	Announcer Announcer
+	Steering  Steering
+	Logger    *slog.Logger
+}
+
+// NewController returns a Controller; Apply gives it its first document.
+func NewController(cfg ControllerConfig) (*Controller, error) {
+	if cfg.Rules == nil || cfg.Checker == nil {
+		return nil, errors.New("mux: a controller needs Rules and a Checker")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Controller{rules: cfg.Rules, checker: cfg.Checker, announce: cfg.Announcer,
+		steering: cfg.Steering, log: cfg.Logger}, nil
+}
+
+// SetAnnouncer sets (or clears) the BGP announcer, for a BGP speaker
+// started after the first document, and resynchronises.
+func (c *Controller) SetAnnouncer(a Announcer) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.announce = a
+	c.last = nil
+	return c.syncAnnouncements()
+}
+
+// Apply makes doc the running document, whole or not at all: the rule
+// snapshot is built first, and on error nothing changes.
+func (c *Controller) Apply(doc *control.Document) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	snap, err := flow.NewSnapshot(doc.Version, doc.Rules(c.healthOf(doc)), c.rules.Load())
+	if err != nil {
+		return fmt.Errorf("mux: version %d: %w", doc.Version, err)
+	}
+	if err := c.checker.Set(targets(doc)); err != nil {
+		return fmt.Errorf("mux: version %d: health targets: %w", doc.Version, err)
+	}
+	if c.steering != nil {
+		if err := c.steering.Sync(steerConfig(doc)); err != nil {
+			return fmt.Errorf("mux: version %d: steering: %w", doc.Version, err)
+		}
+	}
+	c.rules.Store(snap)
+	c.doc = doc
+	c.log.Info("mux: applied configuration", "version", doc.Version, "vips", len(doc.VIPs))
+	return c.syncAnnouncements()
+}
+
+// HealthChanged recomputes the rules after a health verdict changed.
+func (c *Controller) HealthChanged(ev health.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.doc == nil {
+		return
+	}
+	snap, err := flow.NewSnapshot(c.doc.Version, c.doc.Rules(c.healthOf(c.doc)), c.rules.Load())
+	if err != nil {
+		// The document was valid; only states changed. Cannot happen.
+		c.log.Error("mux: rebuilding rules after a health change", "err", err)
+		return
+	}
+	c.rules.Store(snap)
+	if err := c.syncAnnouncements(); err != nil {
+		c.log.Error("mux: BGP after a health change", "err", err)
+	}
+}
+
+// SetDraining withdraws every VIP (on) or announces the healthy ones
+// again (off), while the data path keeps forwarding.
+func (c *Controller) SetDraining(on bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.draining = on
+	return c.syncAnnouncements()
+}
+
+// Version returns the version of the running document (0 before the
+// first).
+func (c *Controller) Version() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.doc == nil {
+		return 0
+	}
+	return c.doc.Version
+}
+
+// Document returns the running document.
+func (c *Controller) Document() *control.Document {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.doc
+}
+
+// Announced returns the prefixes the controller last asked BGP to announce.
+func (c *Controller) Announced() []netip.Prefix {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]netip.Prefix(nil), c.last...)
+}
+
+// healthOf returns the health function for doc.Rules: a probed backend is
+// up only when its probe says Up (Unknown counts as down); an unprobed one
+// keeps the document's state.
+func (c *Controller) healthOf(doc *control.Document) func(vip, backend string) (bool, bool) {
+	probed := map[string]bool{}
+	for i := range doc.VIPs {
+		if doc.VIPs[i].Probe != nil {
+			probed[doc.VIPs[i].Name] = true
+		}
+	}
+	return func(vip, backend string) (bool, bool) {
+		if !probed[vip] {
+			return false, false
+		}
+		st, _ := c.checker.State(targetKey(vip, backend))
+		return st == health.Up, true
+	}
+}
+
+// syncAnnouncements announces the VIPs that have a backend able to take
+// new flows. Called with c.mu held.
+func (c *Controller) syncAnnouncements() error {
+	if c.announce == nil || c.doc == nil {
+		return nil
+	}
+	want := []netip.Prefix{}
+	if !c.draining {
+		seen := map[netip.Prefix]bool{}
+		for _, r := range c.rules.Load().Rules() {
+			if !servable(r) {
+				continue
+			}
+			p := bgp.HostPrefix(r.VIP.Addr)
+			if !seen[p] {
+				seen[p] = true
+				want = append(want, p)
+			}
+		}
+		sort.Slice(want, func(i, j int) bool { return want[i].Addr().Less(want[j].Addr()) })
+	}
+	if equalPrefixes(want, c.last) && c.last != nil {
+		return nil
+	}
+	if err := c.announce.Sync(want); err != nil {
+		return err
+	}
+	if !equalPrefixes(want, c.last) {
+		c.log.Info("mux: announcing", "prefixes", want)
+	}
+	c.last = want
+	return nil
+}
+
+// servable reports whether r has a backend that takes new flows.
+func servable(r *flow.Rule) bool {
+	for i := range r.Backends {
+		if b := &r.Backends[i]; b.State == flow.BackendActive && b.Weight > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func equalPrefixes(a, b []netip.Prefix) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func targetKey(vip, backend string) string { return vip + "/" + backend }
+
+// targets lists the probe targets of doc: every backend of every probed
+// VIP, at the backend's address and port (the probe's port, when set,
+// overrides it; a backend port of 0 probes the VIP port).
+func targets(doc *control.Document) []health.Target {
+	var ts []health.Target
+	for i := range doc.VIPs {
+		v := &doc.VIPs[i]
+		if v.Probe == nil {
+			continue
+		}
+		for j := range v.Backends {
+			b := &v.Backends[j]
+			port := b.Port
+			if port == 0 {
+				port = v.Port
+			}
+			ts = append(ts, health.Target{Key: targetKey(v.Name, b.Name),
+				Addr: netip.AddrPortFrom(b.Address, port), Spec: *v.Probe})
+		}
+	}
+	return ts
+}
+
+// steerConfig is the steering program's view of doc: every VIP, by
+// address, protocol and port (0: all ports), and ICMP to every VIP address
+// (echo requests the Mux answers, errors it forwards to the flow's DIP).
+func steerConfig(doc *control.Document) steer.Config {
+	var cfg steer.Config
+	icmp := map[netip.Addr]bool{}
+	for i := range doc.VIPs {
+		v := &doc.VIPs[i]
+		cfg.Dst = append(cfg.Dst, steer.DstRule{Addr: v.Address, Proto: v.Protocol, Port: v.Port})
+		if !icmp[v.Address] {
+			icmp[v.Address] = true
+			proto := uint8(flow.ProtoICMP)
+			if v.Address.Is6() {
+				proto = flow.ProtoICMPv6
+			}
+			cfg.Dst = append(cfg.Dst, steer.DstRule{Addr: v.Address, Proto: proto})
+		}
+	}
+	return cfg
+}

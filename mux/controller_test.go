@@ -1,0 +1,122 @@
+package mux
+
+import (
+	"net/netip"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdplb/xdplb/control"
+	"github.com/xdplb/xdplb/engine/steer"
+	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/health"
+)
+
+type fakeChecker struct {
+	mu      sync.Mutex
+	targets []health.Target
+	states  map[string]health.State
+}
+
+func (f *fakeChecker) Set(ts []health.Target) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.targets = ts
+	return nil
+}
+
+func (f *fakeChecker) State(key string) (health.State, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.states[key]
+	return s, ok
+}
+
+func (f *fakeChecker) set(key string, s health.State) {
+	f.mu.Lock()
+	f.states[key] = s
+	f.mu.Unlock()
+}
+
+type fakeAnnouncer struct{ calls [][]netip.Prefix }
+
+func (f *fakeAnnouncer) Sync(want []netip.Prefix) error {
+	f.calls = append(f.calls, append([]netip.Prefix(nil), want...))
+	return nil
+}
+
+type fakeSteering struct{ cfg steer.Config }
+
+func (f *fakeSteering) Sync(c steer.Config) error { f.cfg = c; return nil }
+
+const doc1 = `
+version: 1
+vips:
+  - name: web
+    address: 198.18.100.1
+    protocol: tcp
+    port: 80
+    probe: {type: tcp}
+    backends:
+      - {name: a, address: 198.19.1.1, mac: "02:00:00:00:01:01", host: 198.19.0.1}
+      - {name: b, address: 198.19.1.2, mac: "02:00:00:00:01:02", host: 198.19.0.2}
+  - name: dns
+    address: 198.18.100.2
+    protocol: udp
+    port: 53
+    backends:
+      - {name: c, address: 198.19.1.3, mac: "02:00:00:00:01:03", host: 198.19.0.2}
+`
+
+func TestControllerHealthAndAnnouncements(t *testing.T) {
+	doc, err := control.Parse([]byte(doc1))
+	require.NoError(t, err)
+	chk := &fakeChecker{states: map[string]health.State{}}
+	ann := &fakeAnnouncer{}
+	st := &fakeSteering{}
+	rules := flow.NewRules()
+	c, err := NewController(ControllerConfig{Rules: rules, Checker: chk, Announcer: ann, Steering: st})
+	require.NoError(t, err)
+	require.NoError(t, c.Apply(doc))
+
+	vipWeb := netip.MustParsePrefix("198.18.100.1/32")
+	vipDNS := netip.MustParsePrefix("198.18.100.2/32")
+	// Probed backends are down until their probes pass: only the unprobed
+	// VIP is announced.
+	require.Equal(t, []netip.Prefix{vipDNS}, c.Announced())
+	require.Len(t, chk.targets, 2)
+	require.Equal(t, "web/a", chk.targets[0].Key)
+	require.Equal(t, netip.MustParseAddrPort("198.19.1.1:80"), chk.targets[0].Addr)
+	require.Len(t, st.cfg.Dst, 4, "two VIP rules and ICMP to each VIP address")
+	require.EqualValues(t, 1, rules.Load().Version)
+
+	// One backend comes up: the VIP is announced, new flows go to it only.
+	chk.set("web/a", health.Up)
+	c.HealthChanged(health.Event{Key: "web/a"})
+	require.Equal(t, []netip.Prefix{vipWeb, vipDNS}, c.Announced())
+	web := rules.Load().LookupVIP(flow.VIP{Addr: vipWeb.Addr(), Proto: flow.ProtoTCP, Port: 80})
+	require.Equal(t, flow.BackendActive, web.Backends[0].State)
+	require.Equal(t, flow.BackendDown, web.Backends[1].State)
+
+	// Both go down: withdrawn.
+	chk.set("web/a", health.Down)
+	c.HealthChanged(health.Event{Key: "web/a"})
+	require.Equal(t, []netip.Prefix{vipDNS}, c.Announced())
+
+	// Draining withdraws everything; undraining brings back the healthy.
+	require.NoError(t, c.SetDraining(true))
+	require.Empty(t, c.Announced())
+	require.NoError(t, c.SetDraining(false))
+	require.Equal(t, []netip.Prefix{vipDNS}, c.Announced())
+
+	// An invalid document (as a whole) changes nothing. Built in code, so
+	// it passes the parser but not the snapshot: a duplicated VIP.
+	bad := *doc
+	bad.Version = 2
+	bad.VIPs = append(append([]control.VIP(nil), doc.VIPs...), doc.VIPs[0])
+	bad.VIPs[2].Name = "web-again"
+	require.Error(t, c.Apply(&bad))
+	require.EqualValues(t, 1, c.Version())
+	require.EqualValues(t, 1, rules.Load().Version)
+}
