@@ -1,0 +1,146 @@
+// Command mux runs an xdplb Mux: it announces the VIPs of the
+// desired-state document over BGP, receives their traffic on the uplink's
+// AF_XDP sockets, picks a backend per flow and VXLAN-encapsulates the
+// packet towards the backend's host.
+//
+//	mux -interface eth0 -config /etc/xdplb/fleet.yaml -metrics :9100
+//
+// Process settings are flags; everything else (VIPs, backends, probes,
+// BGP) is in the document, which is watched for changes and re-read on
+// SIGHUP. SIGINT/SIGTERM withdraw the VIPs, keep forwarding for the
+// document's bgp.withdraw_grace, then stop. Run it as root.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/xdplb/xdplb/control"
+	"github.com/xdplb/xdplb/engine/afxdp"
+	"github.com/xdplb/xdplb/engine/steer"
+	"github.com/xdplb/xdplb/mux"
+)
+
+func main() {
+	var (
+		iface     = flag.String("interface", "", "uplink interface (required)")
+		config    = flag.String("config", "", "desired-state document, YAML (required)")
+		queues    = flag.Int("queues", 0, "RX queues to serve (0: all)")
+		metrics   = flag.String("metrics", "", "address for the Prometheus /metrics endpoint, e.g. :9100 (empty: none)")
+		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
+		xdpMode   = flag.String("xdp-mode", "auto", "XDP attach mode: auto, driver or generic")
+		ring      = flag.String("ring", "own", "AF_XDP ring implementation: own or asavie")
+		conns     = flag.Int("conns", 1<<20, "connection table capacity (flows)")
+		spins     = flag.Int("spin", 0, "empty polls before an idle worker sleeps")
+		check     = flag.Bool("check", false, "validate the document, print it with defaults filled in, and exit")
+		probeFrom = flag.String("probe-source", "", "source address of health probes (default: the kernel's choice)")
+	)
+	flag.Parse()
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintln(os.Stderr, "mux: -log-level:", err)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	if *config == "" {
+		fmt.Fprintln(os.Stderr, "mux: -config is required")
+		os.Exit(2)
+	}
+	if *check {
+		doc, err := control.Load(*config)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		out, _ := doc.Marshal()
+		os.Stdout.Write(out)
+		return
+	}
+	cfg := mux.Config{Interface: *iface, ConfigPath: *config, Queues: *queues, Logger: log, IdleSpins: *spins}
+	cfg.Conns.Capacity = *conns
+	var err error
+	if cfg.XDPMode, err = parseXDPMode(*xdpMode); err != nil {
+		fmt.Fprintln(os.Stderr, "mux:", err)
+		os.Exit(2)
+	}
+	switch *ring {
+	case "own":
+		cfg.Port.Ring = afxdp.RingOwn
+	case "asavie":
+		cfg.Port.Ring = afxdp.RingAsavie
+	default:
+		fmt.Fprintf(os.Stderr, "mux: -ring %q: want own or asavie\n", *ring)
+		os.Exit(2)
+	}
+	if *probeFrom != "" {
+		a, err := netip.ParseAddr(*probeFrom)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "mux: -probe-source: %v\n", err)
+			os.Exit(2)
+		}
+		cfg.ProbeSource = a
+	}
+	if err := run(cfg, *metrics, log); err != nil {
+		log.Error("mux failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(cfg mux.Config, metricsAddr string, log *slog.Logger) error {
+	m, err := mux.New(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for range hup {
+			log.Info("mux: SIGHUP: reloading the document")
+			m.Reload()
+		}
+	}()
+
+	if metricsAddr != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(m.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		srv := &http.Server{Addr: metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("mux: metrics endpoint", "err", err)
+			}
+		}()
+		defer srv.Close()
+	}
+	err = m.Run(ctx)
+	s := m.Stats()
+	log.Info("mux: stopped", "rx", s.RX, "tx", s.TX, "drops", s.DropsByName())
+	return err
+}
+
+func parseXDPMode(s string) (steer.AttachMode, error) {
+	switch s {
+	case "auto":
+		return steer.AttachAuto, nil
+	case "driver":
+		return steer.AttachDriver, nil
+	case "generic":
+		return steer.AttachGeneric, nil
+	}
+	return 0, fmt.Errorf("-xdp-mode %q: want auto, driver or generic", s)
+}

@@ -1,0 +1,420 @@
+// Package mux assembles the Mux role of an Ananta-style load balancer
+// from xdplb's packages: it reads the desired-state document (control),
+// probes the backends (health), publishes rule snapshots (flow), steers
+// VIP traffic of the uplink into AF_XDP sockets (engine/steer,
+// engine/afxdp), runs one worker per RX queue through the pipeline
+//
+//	Parse → ICMP → balance → VXLAN encap → next hop
+//
+// and announces the VIPs that can be served over BGP (bgp).
+//
+// Controller is the part that needs no privileges (documents and health
+// verdicts in, rules, steering rules and announcements out); Mux is the
+// whole node, as examples/mux runs it.
+package mux
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/xdplb/xdplb/balance"
+	"github.com/xdplb/xdplb/bgp"
+	"github.com/xdplb/xdplb/control"
+	"github.com/xdplb/xdplb/encap"
+	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/engine/afxdp"
+	"github.com/xdplb/xdplb/engine/nexthop"
+	"github.com/xdplb/xdplb/engine/steer"
+	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/health"
+)
+
+// Config is the Mux's process configuration; everything else comes from
+// the desired-state document at ConfigPath.
+type Config struct {
+	// Interface is the uplink: VIP traffic arrives and VXLAN leaves there.
+	Interface string
+	// Queues is how many RX queues to serve (0: all of the interface).
+	Queues int
+	// ConfigPath is the desired-state document (YAML), watched for
+	// changes; Reload re-reads it (SIGHUP).
+	ConfigPath string
+	// Port is the template of every AF_XDP port (Ring, Mode, NumFrames,
+	// ring sizes); Interface, Queue and Name are set per queue.
+	Port afxdp.Config
+	// XDPMode is how the steering program is attached.
+	XDPMode steer.AttachMode
+	// Conns sizes the connection table (Capacity default 1<<20 flows).
+	Conns flow.ConnTableConfig
+	// SourceV4 and SourceV6 are the outer VXLAN source addresses; the
+	// default is the uplink's first global address of each family.
+	SourceV4, SourceV6 netip.Addr
+	// MTU is the uplink's IP MTU (default: the interface's).
+	MTU int
+	// ProbeSource is the address health probes are sent from (default:
+	// the kernel's choice).
+	ProbeSource netip.Addr
+	// IdleSpins is passed to the workers (engine.WorkerConfig).
+	IdleSpins int
+	// Logger receives the Mux's logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Mux is a running Mux node.
+type Mux struct {
+	cfg     Config
+	log     *slog.Logger
+	rules   *flow.Rules
+	conns   *flow.ConnTable
+	checker *health.Checker
+	ctl     *Controller
+	watcher *control.Watcher
+
+	mu        sync.Mutex
+	announcer *bgp.Announcer
+	prog      *steer.Program
+	ports     []*afxdp.Port
+	eng       *engine.Engine
+}
+
+// New checks cfg and prepares a Mux; Run starts it.
+func New(cfg Config) (*Mux, error) {
+	if cfg.Interface == "" {
+		return nil, errors.New("mux: Config.Interface is empty")
+	}
+	if cfg.ConfigPath == "" {
+		return nil, errors.New("mux: Config.ConfigPath is empty")
+	}
+	if cfg.Queues < 0 {
+		return nil, errors.New("mux: Config.Queues must not be negative")
+	}
+	if cfg.Conns.Capacity == 0 {
+		cfg.Conns.Capacity = 1 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	conns, err := flow.NewConnTable(cfg.Conns)
+	if err != nil {
+		return nil, fmt.Errorf("mux: %w", err)
+	}
+	m := &Mux{cfg: cfg, log: cfg.Logger, rules: flow.NewRules(), conns: conns}
+	m.checker, err = health.NewChecker(health.CheckerConfig{Logger: cfg.Logger, Source: cfg.ProbeSource,
+		OnChange: func(ev health.Event) { m.ctl.HealthChanged(ev) }})
+	if err != nil {
+		return nil, fmt.Errorf("mux: %w", err)
+	}
+	m.ctl, err = NewController(ControllerConfig{Rules: m.rules, Checker: m.checker, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	m.watcher = control.NewWatcher(cfg.ConfigPath, control.WatcherOptions{Logger: cfg.Logger})
+	return m, nil
+}
+
+// Reload re-reads the document (what SIGHUP does).
+func (m *Mux) Reload() { m.watcher.Reload() }
+
+// Controller returns the Mux's controller (version, announcements).
+func (m *Mux) Controller() *Controller { return m.ctl }
+
+// Rules returns the published rules.
+func (m *Mux) Rules() *flow.Rules { return m.rules }
+
+// Conns returns the connection table.
+func (m *Mux) Conns() *flow.ConnTable { return m.conns }
+
+// Status returns the document watcher's status (version, errors).
+func (m *Mux) Status() control.Status { return m.watcher.Status() }
+
+// Run runs the Mux until ctx is done, then shuts down in order: withdraw
+// every VIP, keep forwarding for the BGP withdraw grace period, stop the
+// workers, detach the steering program and close the sockets.
+func (m *Mux) Run(ctx context.Context) error {
+	ifi, err := net.InterfaceByName(m.cfg.Interface)
+	if err != nil {
+		return fmt.Errorf("mux: uplink: %w", err)
+	}
+	if err := m.defaults(ifi); err != nil {
+		return err
+	}
+
+	prog, err := steer.Load(steer.Options{})
+	if err != nil {
+		return fmt.Errorf("mux: load the steering program: %w", err)
+	}
+	m.prog = prog
+	defer prog.Close()
+	m.ctl.steering = prog
+
+	resolver, err := nexthop.NewResolver(nexthop.Config{Logger: m.log})
+	if err != nil {
+		return fmt.Errorf("mux: next-hop resolver: %w", err)
+	}
+	defer resolver.Close()
+
+	// Side goroutines live until the data path has stopped.
+	sideCtx, stopSide := context.WithCancel(context.Background())
+	defer stopSide()
+	var side sync.WaitGroup
+	goSide := func(name string, fn func(context.Context) error) {
+		side.Add(1)
+		go func() {
+			defer side.Done()
+			if err := fn(sideCtx); err != nil && !errors.Is(err, context.Canceled) {
+				m.log.Error("mux: "+name+" stopped", "err", err)
+			}
+		}()
+	}
+	goSide("next-hop resolver", resolver.Run)
+	goSide("health checker", m.checker.Run)
+	goSide("connection ager", m.age)
+
+	// The first document: Run of the watcher applies it and every newer
+	// one; wait for the first before opening the data path.
+	first := make(chan error, 1)
+	var once sync.Once
+	goSide("config watcher", func(c context.Context) error {
+		err := m.watcher.Run(c, func(doc *control.Document) error {
+			err := m.apply(c, doc)
+			once.Do(func() { first <- err })
+			return err
+		})
+		once.Do(func() { first <- err })
+		return err
+	})
+	select {
+	case err := <-first:
+		if err != nil {
+			return fmt.Errorf("mux: first configuration: %w", err)
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+
+	eng, err := m.openDataPath(ifi, resolver)
+	if err != nil {
+		return err
+	}
+	defer m.closePorts()
+	if err := prog.Attach(ifi.Index, m.cfg.XDPMode); err != nil {
+		return fmt.Errorf("mux: attach the steering program to %s: %w", ifi.Name, err)
+	}
+	engCtx, stopEngine := context.WithCancel(context.Background())
+	engDone := make(chan error, 1)
+	go func() { engDone <- eng.Run(engCtx) }()
+	m.log.Info("mux: forwarding", "interface", ifi.Name, "queues", len(eng.Workers()),
+		"source_v4", m.cfg.SourceV4, "source_v6", m.cfg.SourceV6, "mtu", m.cfg.MTU)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-engDone:
+		// The data path is down: stop attracting traffic at once.
+		m.log.Error("mux: data path stopped", "err", runErr)
+		engDone <- runErr
+	}
+	m.shutdownBGP()
+	stopEngine()
+	if err := <-engDone; err != nil && runErr == nil {
+		runErr = err
+	}
+	_ = prog.Detach()
+	stopSide()
+	side.Wait()
+	return runErr
+}
+
+// apply is the watcher's callback: the controller applies the document;
+// the BGP speaker is started on the first document that has one, and
+// reconfigured on later ones.
+func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
+	if err := m.ctl.Apply(doc); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if doc.BGP == nil {
+		return nil
+	}
+	cfg := bgpConfig(doc.BGP, m.log)
+	if m.announcer != nil {
+		if err := m.announcer.Reconfigure(cfg); err != nil {
+			m.log.Error("mux: BGP reconfiguration needs a restart", "err", err)
+		}
+		return nil
+	}
+	a, err := bgp.New(cfg)
+	if err != nil {
+		return err
+	}
+	if err := a.Start(ctx); err != nil {
+		return err
+	}
+	m.announcer = a
+	return m.ctl.SetAnnouncer(a)
+}
+
+func bgpConfig(b *control.BGP, log *slog.Logger) bgp.Config {
+	cfg := bgp.Config{ASN: b.ASN, RouterID: b.RouterID, ListenPort: b.ListenPort,
+		HoldTime: b.HoldTime, WithdrawGrace: b.WithdrawGrace, NextHop: b.NextHop, Logger: log}
+	for _, p := range b.Peers {
+		cfg.Peers = append(cfg.Peers, bgp.Peer{Address: p.Address, ASN: p.ASN, Port: p.Port, Passive: p.Passive})
+	}
+	return cfg
+}
+
+// shutdownBGP withdraws every VIP and waits the grace period while the
+// data path still forwards, then closes the sessions.
+func (m *Mux) shutdownBGP() {
+	m.mu.Lock()
+	a := m.announcer
+	m.mu.Unlock()
+	if a == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.Shutdown(ctx); err != nil {
+		m.log.Error("mux: BGP shutdown", "err", err)
+	}
+}
+
+// defaults fills the outer source addresses and the MTU from the uplink.
+func (m *Mux) defaults(ifi *net.Interface) error {
+	if m.cfg.MTU == 0 {
+		m.cfg.MTU = ifi.MTU
+	}
+	if m.cfg.SourceV4.IsValid() && m.cfg.SourceV6.IsValid() {
+		return nil
+	}
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return fmt.Errorf("mux: addresses of %s: %w", ifi.Name, err)
+	}
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(ipn.IP)
+		if !ok || !ip.IsGlobalUnicast() {
+			continue
+		}
+		ip = ip.Unmap()
+		if ip.Is4() && !m.cfg.SourceV4.IsValid() {
+			m.cfg.SourceV4 = ip
+		}
+		if ip.Is6() && !m.cfg.SourceV6.IsValid() {
+			m.cfg.SourceV6 = ip
+		}
+	}
+	if !m.cfg.SourceV4.IsValid() && !m.cfg.SourceV6.IsValid() {
+		return fmt.Errorf("mux: %s has no global address to send VXLAN from (set SourceV4/SourceV6)", ifi.Name)
+	}
+	return nil
+}
+
+// openDataPath opens one AF_XDP port and one worker per queue, each with
+// its own pipeline (stages are cheap and keep per-worker state apart).
+func (m *Mux) openDataPath(ifi *net.Interface, resolver *nexthop.Resolver) (*engine.Engine, error) {
+	queues := m.cfg.Queues
+	if queues == 0 {
+		var err error
+		if queues, err = afxdp.QueueCount(ifi.Name); err != nil {
+			return nil, err
+		}
+	}
+	seed := m.ctl.Document().HashSeed
+	var workers []*engine.Worker
+	for q := 0; q < queues; q++ {
+		pc := m.cfg.Port
+		pc.Name, pc.Interface, pc.Queue = fmt.Sprintf("%s:%d", ifi.Name, q), ifi.Name, q
+		port, err := afxdp.Open(pc)
+		if err != nil {
+			return nil, fmt.Errorf("mux: open %s queue %d: %w", ifi.Name, q, err)
+		}
+		m.ports = append(m.ports, port)
+		if err := m.prog.RegisterSocket(q, port.FD()); err != nil {
+			return nil, err
+		}
+		pl, err := m.pipeline(seed, ifi.Index, resolver)
+		if err != nil {
+			return nil, err
+		}
+		w, err := engine.NewWorker(engine.WorkerConfig{ID: q, Ports: []engine.Port{port},
+			Inputs: []engine.Input{{Port: 0, Pipeline: pl}}, IdleSpins: m.cfg.IdleSpins})
+		if err != nil {
+			return nil, err
+		}
+		workers = append(workers, w)
+	}
+	eng, err := engine.New(workers...)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	m.eng = eng
+	m.mu.Unlock()
+	return eng, nil
+}
+
+// pipeline builds Parse → ICMP → balance → encap → next hop.
+func (m *Mux) pipeline(seed uint64, uplink int, resolver *nexthop.Resolver) (*engine.Pipeline, error) {
+	icmp, err := balance.NewICMP(balance.ICMPConfig{Rules: m.rules})
+	if err != nil {
+		return nil, err
+	}
+	bal, err := balance.New(balance.Config{Rules: m.rules, Conns: m.conns, Hasher: flow.NewHasher(seed)})
+	if err != nil {
+		return nil, err
+	}
+	enc, err := encap.NewEncap(encap.EncapConfig{SourceV4: m.cfg.SourceV4, SourceV6: m.cfg.SourceV6, MTU: m.cfg.MTU})
+	if err != nil {
+		return nil, err
+	}
+	nh, err := encap.NewNextHop(encap.NextHopConfig{Mode: encap.OuterDst, Ports: map[int]uint16{uplink: 0}}, resolver)
+	if err != nil {
+		return nil, err
+	}
+	return engine.NewPipeline(engine.Parse{}, icmp, bal, enc, nh), nil
+}
+
+func (m *Mux) closePorts() {
+	for _, p := range m.ports {
+		_ = p.Close()
+	}
+}
+
+// age sweeps the connection table: the whole table about every 10 s.
+func (m *Mux) age(ctx context.Context) error {
+	const every = 100 * time.Millisecond
+	budget := m.conns.Cap()/100 + 1
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			m.conns.Age(m.conns.Now(), budget)
+		}
+	}
+}
+
+// Stats returns the data path's counters (zero before it runs).
+func (m *Mux) Stats() engine.Stats {
+	m.mu.Lock()
+	eng := m.eng
+	m.mu.Unlock()
+	if eng == nil {
+		return engine.Stats{}
+	}
+	return eng.Stats()
+}
