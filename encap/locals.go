@@ -1,0 +1,185 @@
+package encap
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/header"
+)
+
+// Local is an endpoint (a VM or container NIC) behind a Host Agent: where
+// the Decap stage delivers a decapsulated frame.
+type Local struct {
+	// VNI is the tenant network the endpoint is on (24 bits).
+	VNI uint32
+	// MAC is the endpoint's MAC address, the inner Ethernet destination
+	// the Mux writes (flow.Backend.MAC).
+	MAC header.MAC
+	// Addr is the endpoint's address, the DIP.
+	Addr netip.Addr
+	// OutPort is the index of the worker port the endpoint is attached
+	// to (Packet.OutPort).
+	OutPort uint16
+	// Name labels the endpoint in logs and metrics.
+	Name string
+}
+
+// ErrInvalidLocal is returned, wrapped with detail, by NewLocals.
+var ErrInvalidLocal = errors.New("encap: invalid local endpoint")
+
+// Locals is an immutable set of local endpoints indexed by (VNI, MAC). Build
+// it with NewLocals and publish it through a LocalTable; it never changes
+// afterwards, so the data path reads it without locks.
+type Locals struct {
+	list  []Local
+	slots []localSlot // open addressing, linear probing, power-of-two size
+	mask  uint64
+}
+
+// localSlot is one index entry; idx is the position in list plus one, 0
+// marking an empty slot.
+type localSlot struct {
+	mac uint64 // the 48-bit MAC
+	vni uint32
+	idx uint32
+}
+
+func macBits(m header.MAC) uint64 {
+	return uint64(m[0])<<40 | uint64(m[1])<<32 | uint64(m[2])<<24 | uint64(m[3])<<16 | uint64(m[4])<<8 | uint64(m[5])
+}
+
+func localHash(vni uint32, mac uint64) uint64 {
+	x := mac ^ uint64(vni)*0x9e3779b97f4a7c15
+	x ^= x >> 29
+	x *= 0xbf58476d1ce4e5b9
+	return x ^ x>>32
+}
+
+// NewLocals validates locals and returns an indexed set of copies. It
+// checks: VNI within 24 bits; MAC set and unicast; Addr set, without a
+// zone (an IPv4-mapped address is unmapped); no two endpoints with the same
+// (VNI, MAC) or the same (VNI, Addr).
+func NewLocals(locals []Local) (*Locals, error) {
+	l := &Locals{list: append([]Local(nil), locals...)}
+	n := 1
+	for n < 2*len(locals) || n < 8 {
+		n <<= 1
+	}
+	l.slots = make([]localSlot, n)
+	l.mask = uint64(n - 1)
+	addrs := make(map[struct {
+		vni  uint32
+		addr netip.Addr
+	}]int, len(locals))
+	for i := range l.list {
+		lc := &l.list[i]
+		lc.Addr = lc.Addr.Unmap()
+		switch {
+		case lc.VNI > 1<<24-1:
+			return nil, fmt.Errorf("%w %d (%q): VNI %d does not fit 24 bits", ErrInvalidLocal, i, lc.Name, lc.VNI)
+		case lc.MAC == header.MAC{}:
+			return nil, fmt.Errorf("%w %d (%q): no MAC address", ErrInvalidLocal, i, lc.Name)
+		case lc.MAC.IsMulticast():
+			return nil, fmt.Errorf("%w %d (%q): MAC %v is a group address", ErrInvalidLocal, i, lc.Name, lc.MAC)
+		case !lc.Addr.IsValid():
+			return nil, fmt.Errorf("%w %d (%q): no address", ErrInvalidLocal, i, lc.Name)
+		case lc.Addr.Zone() != "":
+			return nil, fmt.Errorf("%w %d (%q): address %v has a zone", ErrInvalidLocal, i, lc.Name, lc.Addr)
+		}
+		if j, ok := l.Lookup(lc.VNI, lc.MAC); ok {
+			return nil, fmt.Errorf("%w %d (%q): VNI %d MAC %v already used by %d (%q)", ErrInvalidLocal, i, lc.Name, lc.VNI, lc.MAC, j, l.list[j].Name)
+		}
+		k := struct {
+			vni  uint32
+			addr netip.Addr
+		}{lc.VNI, lc.Addr}
+		if j, ok := addrs[k]; ok {
+			return nil, fmt.Errorf("%w %d (%q): VNI %d address %v already used by %d (%q)", ErrInvalidLocal, i, lc.Name, lc.VNI, lc.Addr, j, l.list[j].Name)
+		}
+		addrs[k] = i
+		mac := macBits(lc.MAC)
+		for s := localHash(lc.VNI, mac) & l.mask; ; s = (s + 1) & l.mask {
+			if l.slots[s].idx == 0 {
+				l.slots[s] = localSlot{mac: mac, vni: lc.VNI, idx: uint32(i + 1)}
+				break
+			}
+		}
+	}
+	return l, nil
+}
+
+// Lookup returns the index of the endpoint with the given VNI and MAC. It
+// does not allocate; a nil *Locals holds nothing.
+func (l *Locals) Lookup(vni uint32, mac header.MAC) (int, bool) {
+	if l == nil {
+		return -1, false
+	}
+	m := macBits(mac)
+	for s := localHash(vni, m) & l.mask; ; s = (s + 1) & l.mask {
+		e := &l.slots[s]
+		if e.idx == 0 {
+			return -1, false
+		}
+		if e.mac == m && e.vni == vni {
+			return int(e.idx - 1), true
+		}
+	}
+}
+
+// Len returns the number of endpoints.
+func (l *Locals) Len() int {
+	if l == nil {
+		return 0
+	}
+	return len(l.list)
+}
+
+// At returns the endpoint at index i (0 ≤ i < Len()), in the order given
+// to NewLocals. It must not be modified.
+func (l *Locals) At(i int) *Local { return &l.list[i] }
+
+// All returns the endpoints in the order given to NewLocals. The slice
+// must not be modified.
+func (l *Locals) All() []Local {
+	if l == nil {
+		return nil
+	}
+	return l.list
+}
+
+// Of returns the endpoint a decapsulated packet is for. The Decap stage
+// records the endpoint's index in Packet.Backend; Of checks that index
+// against the packet's VNI (Key.VNI) and inner destination MAC, and looks
+// the pair up again when they do not match — when l is a newer snapshot
+// than the one Decap used, say — so a later stage that loads the
+// LocalTable itself never gets another endpoint's entry. It does not
+// allocate.
+func (l *Locals) Of(p *engine.Packet) (*Local, bool) {
+	data := p.Data()
+	if l == nil || len(data) < header.EthernetSize {
+		return nil, false
+	}
+	mac := header.Ethernet(data).Dst()
+	vni := p.Key.VNI
+	if i := p.Backend; i >= 0 && int(i) < len(l.list) {
+		if lc := &l.list[i]; lc.VNI == vni && lc.MAC == mac {
+			return lc, true
+		}
+	}
+	i, ok := l.Lookup(vni, mac)
+	if !ok {
+		return nil, false
+	}
+	return &l.list[i], true
+}
+
+// LocalTable publishes the current Locals to the data path: the Decap
+// stage loads it once per batch; the control plane builds a new Locals and
+// stores it whole. Before the first Store it holds nothing and every
+// packet is dropped with unknown_local.
+type LocalTable struct {
+	atomic.Pointer[Locals]
+}

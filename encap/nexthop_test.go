@@ -1,0 +1,211 @@
+package encap_test
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdplb/xdplb/encap"
+	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/engine/nexthop"
+	"github.com/xdplb/xdplb/header"
+)
+
+var (
+	hostB   = netip.MustParseAddr("198.19.2.3")
+	outside = netip.MustParseAddr("198.19.2.4") // resolves through an interface without a port
+)
+
+func newResolver() *fakeResolver {
+	return &fakeResolver{hops: map[netip.Addr]nexthop.Hop{
+		host4:   {IfIndex: 4, SrcMAC: muxMAC, DstMAC: hopMAC},
+		hostB:   {IfIndex: 5, SrcMAC: header.MAC{2, 0, 0, 0, 0, 5}, DstMAC: header.MAC{2, 0, 0, 0, 0xbb, 5}},
+		host6:   {IfIndex: 4, SrcMAC: muxMAC, DstMAC: hopMAC},
+		client4: {IfIndex: 4, SrcMAC: muxMAC, DstMAC: routerMAC},
+		client6: {IfIndex: 4, SrcMAC: muxMAC, DstMAC: routerMAC},
+		outside: {IfIndex: 99},
+	}}
+}
+
+func newNextHop(t testing.TB, mode encap.NextHopMode, r encap.Resolver) *encap.NextHop {
+	s, err := encap.NewNextHop(encap.NextHopConfig{Mode: mode, Ports: map[int]uint16{4: 0, 5: 1}}, r)
+	require.NoError(t, err)
+	return s
+}
+
+// encapsulated returns frames encapsulated towards hosts, in order.
+func encapsulated(t testing.TB, hosts ...netip.Addr) [][]byte {
+	r := newRig(t)
+	e := newEncap(t, encap.EncapConfig{})
+	var out [][]byte
+	for _, h := range hosts {
+		ps := r.load(0, v4pkt().build())
+		balanced(ps, ruleFor(vip4, h), 0)
+		r.run(e)
+		require.Equal(t, "", reason(ps[0]))
+		out = append(out, data(ps[0]))
+	}
+	return out
+}
+
+func TestNextHopOuterDst(t *testing.T) {
+	cases := []struct {
+		name    string
+		host    netip.Addr
+		reason  string
+		dst     header.MAC
+		src     header.MAC
+		outPort uint16
+	}{
+		{"IPv4 host", host4, "", hopMAC, muxMAC, 0},
+		{"IPv6 host", host6, "", hopMAC, muxMAC, 0},
+		{"second interface", hostB, "", header.MAC{2, 0, 0, 0, 0xbb, 5}, header.MAC{2, 0, 0, 0, 0, 5}, 1},
+		{"unresolved", netip.MustParseAddr("198.19.9.9"), "nexthop_unresolved", header.MAC{}, header.MAC{}, 0},
+		{"interface without a port", outside, "no_out_port", header.MAC{}, header.MAC{}, 0},
+	}
+	r := newRig(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := newResolver()
+			frame := encapsulated(t, tc.host)[0]
+			ps := r.loadRaw(frame)
+			ps[0].OutPort = 9
+			r.run(newNextHop(t, encap.OuterDst, res))
+			assert.Equal(t, 1, res.calls)
+			require.Equal(t, tc.reason, reason(ps[0]))
+			if tc.reason != "" {
+				return
+			}
+			got := ps[0].Data()
+			eth := header.Ethernet(got)
+			assert.Equal(t, tc.dst, eth.Dst())
+			assert.Equal(t, tc.src, eth.Src())
+			assert.Equal(t, tc.outPort, ps[0].OutPort)
+			assert.Equal(t, frame[12:], got[12:], "only the MACs change")
+		})
+	}
+}
+
+func TestNextHopL3Dst(t *testing.T) {
+	tagged := pkt{src: vip4, dst: client4, size: 10, vlan: 12}
+	cases := []struct {
+		name string
+		p    pkt
+	}{
+		{"IPv4", pkt{src: vip4, dst: client4, size: 10}},
+		{"IPv6", pkt{src: vip6, dst: client6, size: 10}},
+		{"tagged", tagged},
+	}
+	r := newRig(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			frame := tc.p.build()
+			ps := r.load(0, frame)
+			r.run(newNextHop(t, encap.L3Dst, newResolver()))
+			require.Equal(t, "", reason(ps[0]))
+			got := ps[0].Data()
+			assert.Equal(t, routerMAC, header.Ethernet(got).Dst())
+			assert.Equal(t, muxMAC, header.Ethernet(got).Src())
+			assert.Equal(t, frame[12:], got[12:])
+			assert.Equal(t, uint16(0), ps[0].OutPort)
+		})
+	}
+
+	t.Run("not parsed", func(t *testing.T) {
+		ps := r.load(0, v4pkt().build())
+		ps[0].Flags = 0
+		r.run(newNextHop(t, encap.L3Dst, newResolver()))
+		assert.Equal(t, "unsupported", reason(ps[0]))
+	})
+	t.Run("outer not IP", func(t *testing.T) {
+		f := v4pkt().build()
+		f[12], f[13] = 0x08, 0x06 // ARP
+		ps := r.loadRaw(f, f[:10])
+		r.run(newNextHop(t, encap.OuterDst, newResolver()))
+		assert.Equal(t, "unsupported", reason(ps[0]))
+		assert.Equal(t, "unsupported", reason(ps[1]))
+	})
+}
+
+// TestNextHopBatchCache: consecutive packets to one address cost one
+// lookup, hits and misses alike.
+func TestNextHopBatchCache(t *testing.T) {
+	unres := netip.MustParseAddr("198.19.9.9")
+	a, b, u := encapsulated(t, host4)[0], encapsulated(t, hostB)[0], encapsulated(t, unres)[0]
+	cases := []struct {
+		name    string
+		frames  [][]byte
+		lookups int
+		drops   int
+	}{
+		{"one host", [][]byte{a, a, a, a}, 1, 0},
+		{"two runs", [][]byte{a, a, b, b, b}, 2, 0},
+		{"alternating", [][]byte{a, b, a, b}, 4, 0},
+		{"misses cached too", [][]byte{u, u, u, a}, 2, 3},
+	}
+	r := newRig(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := newResolver()
+			ps := r.loadRaw(tc.frames...)
+			r.run(newNextHop(t, encap.OuterDst, res))
+			assert.Equal(t, tc.lookups, res.calls)
+			drops := 0
+			for i, p := range ps {
+				if reason(p) != "" {
+					drops++
+					continue
+				}
+				want := res.hops[host4]
+				if &tc.frames[i][0] == &b[0] {
+					want = res.hops[hostB]
+				}
+				assert.Equal(t, header.MAC(want.DstMAC), header.Ethernet(p.Data()).Dst(), "packet %d", i)
+			}
+			assert.Equal(t, tc.drops, drops)
+		})
+	}
+	// A new batch looks up again (the resolver may have changed).
+	res := newResolver()
+	s := newNextHop(t, encap.OuterDst, res)
+	for range 3 {
+		r.loadRaw(a, a)
+		r.run(s)
+	}
+	assert.Equal(t, 3, res.calls)
+}
+
+func TestNextHopConfig(t *testing.T) {
+	res := newResolver()
+	for _, c := range []encap.NextHopConfig{
+		{},
+		{Ports: map[int]uint16{0: 1}},
+		{Mode: 7, Ports: map[int]uint16{1: 1}},
+	} {
+		assert.Error(t, c.Validate())
+		_, err := encap.NewNextHop(c, res)
+		assert.Error(t, err)
+	}
+	_, err := encap.NewNextHop(encap.NextHopConfig{Ports: map[int]uint16{1: 0}}, nil)
+	assert.Error(t, err)
+
+	for _, m := range []encap.NextHopMode{encap.OuterDst, encap.L3Dst} {
+		b, err := m.MarshalText()
+		require.NoError(t, err)
+		var back encap.NextHopMode
+		require.NoError(t, back.UnmarshalText(b))
+		assert.Equal(t, m, back)
+	}
+	var m encap.NextHopMode
+	assert.Error(t, m.UnmarshalText([]byte("nope")))
+	_, err = encap.NextHopMode(9).MarshalText()
+	assert.Error(t, err)
+}
+
+// The real resolver satisfies the interface (checked at compile time in
+// the package too).
+var _ encap.Resolver = (*nexthop.Resolver)(nil)
+
+var _ engine.Stage = (*encap.NextHop)(nil)
