@@ -68,7 +68,8 @@
 //	listen_port     179       0 = do not listen (outbound sessions only)
 //	hold_time       90s       0 (no keepalives) or 3s..65535s, whole seconds; keepalive = hold/3
 //	withdraw_grace  2s        0..1h; on shutdown: withdraw, keep forwarding this long, then stop
-//	next_hop        (self)    next hop announced; default the session's local address
+//	next_hop        (self)    IPv4 next hop announced for IPv4 VIPs; default the session's local address
+//	next_hop6       (self)    IPv6 next hop for IPv6 VIPs; set it to announce them over IPv4 sessions (MP-BGP)
 //	peers[]         none      address (required, unique; link-local may have a %zone),
 //	                          asn (required), port (179), passive (false)
 //

@@ -89,6 +89,10 @@ type BGP struct {
 	// NextHop is the next hop to announce; invalid (zero) means the local
 	// address of each session (next-hop self).
 	NextHop netip.Addr
+	// NextHop6 is the next hop of IPv6 VIPs. Setting it also announces
+	// IPv6 VIPs over IPv4 sessions (MP-BGP, RFC 4760); without it IPv6
+	// VIPs go only to IPv6 peers, next-hop self.
+	NextHop6 netip.Addr
 	// Peers are the routers to peer with; addresses are unique.
 	Peers []Peer
 }

@@ -44,6 +44,7 @@ func (d *Document) Marshal() ([]byte, error) {
 		add(n, "hold_time", strNode(b.HoldTime.String()))
 		add(n, "withdraw_grace", strNode(b.WithdrawGrace.String()))
 		addAddr(n, "next_hop", b.NextHop)
+		addAddr(n, "next_hop6", b.NextHop6)
 		if len(b.Peers) > 0 {
 			s := sequence()
 			for _, p := range b.Peers {

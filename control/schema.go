@@ -18,7 +18,7 @@ import (
 var (
 	documentKeys = []string{"version", "written", "hash_seed", "node", "infra_prefixes", "bgp", "vips", "hosts"}
 	nodeKeys     = []string{"name"}
-	bgpKeys      = []string{"asn", "router_id", "listen_port", "hold_time", "withdraw_grace", "next_hop", "peers"}
+	bgpKeys      = []string{"asn", "router_id", "listen_port", "hold_time", "withdraw_grace", "next_hop", "next_hop6", "peers"}
 	peerKeys     = []string{"address", "asn", "port", "passive"}
 	vipKeys      = []string{"name", "address", "protocol", "port", "vni", "distribution", "table_size", "probe", "backends"}
 	probeKeys    = []string{"type", "port", "path", "method", "host", "expect_status", "interval", "timeout", "rise", "fall"}
@@ -228,6 +228,15 @@ func (d *decoder) bgp(o *object) *BGP {
 	}
 	if v := d.get(o, "next_hop"); v != nil {
 		b.NextHop, _ = d.addr(v, "bgp.next_hop", wantAddr, 0, false)
+		if b.NextHop.IsValid() && !b.NextHop.Is4() {
+			d.errorf(v, "bgp.next_hop", "%s is not an IPv4 address (next_hop is for IPv4 VIPs; use next_hop6 for IPv6 ones)", b.NextHop)
+		}
+	}
+	if v := d.get(o, "next_hop6"); v != nil {
+		b.NextHop6, _ = d.addr(v, "bgp.next_hop6", wantAddr, 0, false)
+		if b.NextHop6.IsValid() && !b.NextHop6.Is6() {
+			d.errorf(v, "bgp.next_hop6", "%s is not an IPv6 address (next_hop6 is the next hop of IPv6 VIPs)", b.NextHop6)
+		}
 	}
 	seen := map[netip.Addr]site{}
 	for i, pn := range d.list(o.vals["peers"], "bgp.peers", "peers") {
