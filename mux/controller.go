@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/xdplb/xdplb/bgp"
 	"github.com/xdplb/xdplb/control"
@@ -50,6 +51,7 @@ type Controller struct {
 	announce Announcer // may be nil (no BGP)
 	steering Steering  // may be nil (no data path, tests)
 	log      *slog.Logger
+	vnis     atomic.Pointer[vniIndex] // VIP address → VNI, for the uplinkVNI stage
 
 	mu       sync.Mutex
 	doc      *control.Document
@@ -97,6 +99,10 @@ func (c *Controller) Apply(doc *control.Document) error {
 	if err != nil {
 		return fmt.Errorf("mux: version %d: %w", doc.Version, err)
 	}
+	vnis, err := newVNIIndex(doc)
+	if err != nil {
+		return fmt.Errorf("mux: version %d: %w", doc.Version, err)
+	}
 	if err := c.checker.Set(targets(doc)); err != nil {
 		return fmt.Errorf("mux: version %d: health targets: %w", doc.Version, err)
 	}
@@ -105,6 +111,7 @@ func (c *Controller) Apply(doc *control.Document) error {
 			return fmt.Errorf("mux: version %d: steering: %w", doc.Version, err)
 		}
 	}
+	c.vnis.Store(vnis)
 	c.rules.Store(snap)
 	c.doc = doc
 	c.log.Info("mux: applied configuration", "version", doc.Version, "vips", len(doc.VIPs))

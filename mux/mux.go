@@ -4,7 +4,7 @@
 // VIP traffic of the uplink into AF_XDP sockets (engine/steer,
 // engine/afxdp), runs one worker per RX queue through the pipeline
 //
-//	Parse → ICMP → balance → VXLAN encap → next hop
+//	Parse → uplink VNI → ICMP → balance → VXLAN encap → next hop
 //
 // and announces the VIPs that can be served over BGP (bgp).
 //
@@ -77,6 +77,7 @@ type Mux struct {
 	watcher *control.Watcher
 
 	mu        sync.Mutex
+	resolver  *nexthop.Resolver // set by Run
 	announcer *bgp.Announcer
 	prog      *steer.Program
 	ports     []*afxdp.Port
@@ -158,6 +159,9 @@ func (m *Mux) Run(ctx context.Context) error {
 		return fmt.Errorf("mux: next-hop resolver: %w", err)
 	}
 	defer resolver.Close()
+	m.mu.Lock()
+	m.resolver = resolver
+	m.mu.Unlock()
 
 	// Side goroutines live until the data path has stopped.
 	sideCtx, stopSide := context.WithCancel(context.Background())
@@ -240,6 +244,7 @@ func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.prefetch(ctx, doc)
 	if doc.BGP == nil {
 		return nil
 	}
@@ -261,9 +266,41 @@ func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
 	return m.ctl.SetAnnouncer(a)
 }
 
+// prefetch has the resolver find the next hop towards every backend host
+// of doc in the background, so that the first packets to a host are not
+// dropped (nexthop_unresolved) while it resolves. Called with m.mu held.
+func (m *Mux) prefetch(ctx context.Context, doc *control.Document) {
+	r := m.resolver
+	if r == nil {
+		return
+	}
+	seen := map[netip.Addr]bool{}
+	var hosts []netip.Addr
+	for i := range doc.VIPs {
+		for j := range doc.VIPs[i].Backends {
+			if h := doc.VIPs[i].Backends[j].Host; !seen[h] {
+				seen[h] = true
+				hosts = append(hosts, h)
+			}
+		}
+	}
+	for _, h := range hosts {
+		go func() {
+			c, cancel := context.WithTimeout(ctx, prefetchTimeout)
+			defer cancel()
+			if _, err := r.Resolve(c, h); err != nil && c.Err() == nil && !errors.Is(err, nexthop.ErrClosed) {
+				m.log.Warn("mux: no next hop towards a backend host", "host", h, "err", err)
+			}
+		}()
+	}
+}
+
+// prefetchTimeout bounds a prefetch of one backend host's next hop.
+const prefetchTimeout = 10 * time.Second
+
 func bgpConfig(b *control.BGP, log *slog.Logger) bgp.Config {
 	cfg := bgp.Config{ASN: b.ASN, RouterID: b.RouterID, ListenPort: b.ListenPort,
-		HoldTime: b.HoldTime, WithdrawGrace: b.WithdrawGrace, NextHop: b.NextHop, Logger: log}
+		HoldTime: b.HoldTime, WithdrawGrace: b.WithdrawGrace, NextHop: b.NextHop, NextHop6: b.NextHop6, Logger: log}
 	for _, p := range b.Peers {
 		cfg.Peers = append(cfg.Peers, bgp.Peer{Address: p.Address, ASN: p.ASN, Port: p.Port, Passive: p.Passive})
 	}
@@ -365,7 +402,7 @@ func (m *Mux) openDataPath(ifi *net.Interface, resolver *nexthop.Resolver) (*eng
 	return eng, nil
 }
 
-// pipeline builds Parse → ICMP → balance → encap → next hop.
+// pipeline builds Parse → uplink VNI → ICMP → balance → encap → next hop.
 func (m *Mux) pipeline(seed uint64, uplink int, resolver *nexthop.Resolver) (*engine.Pipeline, error) {
 	icmp, err := balance.NewICMP(balance.ICMPConfig{Rules: m.rules})
 	if err != nil {
@@ -383,7 +420,7 @@ func (m *Mux) pipeline(seed uint64, uplink int, resolver *nexthop.Resolver) (*en
 	if err != nil {
 		return nil, err
 	}
-	return engine.NewPipeline(engine.Parse{}, icmp, bal, enc, nh), nil
+	return engine.NewPipeline(engine.Parse{}, uplinkVNI{&m.ctl.vnis}, icmp, bal, enc, nh), nil
 }
 
 func (m *Mux) closePorts() {
