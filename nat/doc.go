@@ -1,0 +1,141 @@
+// Package nat is the Host Agent's stateful DSR NAT (Ananta's host agent):
+// two pipeline stages that translate a VIP's traffic to the local DIP that
+// serves it and back, so that VMs see their own address while clients only
+// ever see the VIP, and replies go straight to the client without passing
+// through a Mux (Direct Server Return).
+//
+//	uplink RX → parse → vxlan decap → Inbound  (VIP:vport → DIP:dport) → TX VM port
+//	VM RX     → parse (VM's VNI)    → Return   (DIP:dport → VIP:vport) → next hop → TX uplink
+//
+// A Translator (New) holds what both stages share: the rules (flow.Rules,
+// the same versioned VIP → pool configuration the Muxes run), the DIPs this
+// node hosts (Locals, keyed by VNI and address), the connection Table, the
+// infrastructure prefixes and the counters. Its Inbound and Return stages
+// are engine.Stages, safe for concurrent use by every worker.
+//
+// # Inbound
+//
+// After decapsulation the packet's key is (VNI, client:cport → VIP:vport).
+// The rule is the one the Mux used (Snapshot.Lookup: exact port, then the
+// VIP's all-ports rule). Its backend is the one hosted here (a Local in the
+// rule's VNI) whose MAC is the inner Ethernet destination: the Mux writes the
+// chosen backend's MAC there, and it is the only trace of the Mux's choice
+// when several DIPs of a pool share this host. A backend configured without a
+// MAC matches any frame, after the backends whose MAC matches; give
+// backends MACs when several DIPs of one pool may share a host. The
+// destination becomes DIP:dport, dport being Backend.Port, or the VIP port
+// when that is 0, and the connection is recorded.
+//
+// # State
+//
+// The Table is a flow.ConnTable keyed by the connection's return key, the
+// key the VM's replies parse to: (VNI, proto, DIP:dport → client:cport). Its
+// value is the backend's ID, which flow.Snapshot keeps stable across
+// reloads, so state survives rule changes that keep the backend. The VIP
+// address comes from the backend's rule; the VIP port is the rule's port,
+// or, for an all-ports rule, the DIP port when the backend preserves ports.
+// An all-ports rule whose backend has a fixed port maps many VIP ports to
+// one, so those connections also keep the VIP port in a side table (see
+// Table). Entries carry the state class of the client's TCP flags (SYN:
+// untrusted; after the handshake: established; FIN or RST, from either side:
+// closing; other protocols: udp), which picks their idle timeout; a
+// connection first seen mid-stream starts untrusted, as on the Mux, so stray
+// packets cannot fill the table with long-lived entries.
+//
+// # Return
+//
+// A reply is looked up by its own key. On a hit the backend must still
+// exist, be local and be the packet's source, else the entry is stale. On a
+// miss (the agent restarted, the entry expired, or it is stale) the reply is
+// translated statelessly when exactly one rule has a local backend whose
+// address and port are the reply's source, in the VM port's VNI and the
+// reply's protocol; its VIP port must be derivable (not an all-ports rule
+// with a fixed backend port), and a TCP SYN without ACK, which opens a
+// connection, is never taken for a reply. No rule or several: dropped,
+// nat_no_state (several also count in Stats.Ambiguous). The stateless path records
+// nothing: the client's next packet does, through Inbound.
+//
+// # Infrastructure
+//
+// Traffic whose client side (the source inbound, the destination on return;
+// for an ICMP error, the client of the connection it quotes) is inside
+// Config.Infra — health probers, Muxes, the node itself — is never
+// translated, by state or statelessly: the steering program passes it to the
+// kernel, and a packet that reaches a stage anyway is dropped as nat_infra.
+//
+// # Tenants
+//
+// Every key carries the VNI: the rules', the table's, the locals' and the
+// stateless index's. Two tenants may use the same VIP and DIP addresses in
+// different VNIs and never see each other's translations or state.
+//
+// # Fragments
+//
+// A first fragment carries the ports and is translated like a whole packet
+// (the incremental checksum update is right for the reassembled datagram).
+// A non-first fragment has no ports, so it names no rule and no connection;
+// it is translated by address when the address is unambiguous: inbound,
+// (VNI, proto, VIP, inner destination MAC) must map to one local DIP address
+// (the Mux sends all fragments of a datagram to one DIP only with a 3- or
+// 2-tuple rule, see package balance); on return, (VNI, proto, DIP) must be a
+// local backend of rules of one VIP address. Otherwise it is dropped as
+// nat_fragment. (engine.Parse currently refuses a first UDP fragment, whose
+// UDP Length exceeds the fragment.)
+//
+// # ICMP errors
+//
+// ICMP and ICMPv6 errors (destination unreachable, fragmentation needed or
+// packet too big, time exceeded, parameter problem) are translated through
+// the packet they quote, in both directions, so that path MTU discovery
+// works across the NAT. Inbound, an error a router sends about a VIP reply
+// (forwarded by the Mux to the connection's DIP, see package balance)
+// quotes VIP:vport → client:cport: the outer destination and the quoted
+// source become the DIP endpoint, chosen like the connection's packets. On
+// return, an error the VM sends about a client packet quotes client:cport →
+// DIP:dport: the outer source and the quoted destination become the VIP
+// endpoint, found by state or statelessly. The quoted IPv4 header checksum,
+// the quoted TCP or UDP checksum (when the quote holds it whole) and the
+// ICMP checksum stay right. Errors never create or change state. A quote too
+// short for the ports, a quoted non-first fragment or an IPv6 quote with
+// extension headers is dropped as bad_l4.
+//
+// # Workers and hashing
+//
+// The two directions of a connection arrive on different ports (uplink and
+// VM port) and, with RSS (which cannot be steered at all on veth), on
+// whichever queues and workers the NICs choose. The stages are correct
+// whatever worker sees whichever direction: the Table is shared and
+// lock-free, so the worker handling a reply reads the entry another worker
+// wrote. Nothing is sharded per worker. For a later stage that does need a
+// per-flow choice that agrees for both directions (an ECMP next hop, a
+// software steering ring), Config.SetHash makes both stages store in
+// Packet.Hash the symmetric hash (flow.Hasher.SymmetricHash) of the
+// client-facing key, client ↔ VIP, which is the same value for a request and
+// its reply.
+//
+// # Configuration changes
+//
+// Each stage loads the rules snapshot and the locals once per batch and uses
+// a view precomputed from that pair: the local backends of each rule, the
+// stateless index and the fragment maps. Translator.Sync builds the view of
+// a new pair from the control plane; otherwise the first worker to see it
+// builds it, and the others keep using the previous view, which is
+// consistent in itself, until it is published. A batch never mixes two
+// configurations.
+//
+// # Hot path
+//
+// Per packet the stages do one VIP lookup and one table lookup (inbound),
+// or one table lookup and one backend-ID lookup (return), plus the
+// checksum-preserving rewrite from package header. Nothing allocates;
+// counters are added to a per-worker stripe once per batch; drops carry a
+// reason (nat_no_rule, nat_no_local_backend, nat_no_state, nat_infra,
+// nat_fragment, and the engine's bad_l4 for an unreadable ICMP quote).
+//
+// # Limits
+//
+// No NAT64: a backend whose address family differs from its VIP's is never
+// chosen (and never local). The backends' health state is the Mux's
+// business: the host translates what it receives, for draining and down
+// backends too.
+package nat

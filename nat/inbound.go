@@ -1,0 +1,211 @@
+package nat
+
+import (
+	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/header"
+)
+
+// Inbound is the stage that translates decapsulated client packets for a
+// VIP to the local DIP the Mux chose, and records the connection. It runs
+// after VXLAN decapsulation, which re-parsed the inner frame so that
+// Packet.Key is (VNI, inner 5-tuple) and set OutPort to the VM's port. It
+// is safe for concurrent use by several workers.
+//
+// Per packet:
+//
+//  1. the client (source) must not be an infrastructure address
+//     (DropInfra);
+//  2. the rule is Snapshot.Lookup of the key: (VNI, proto, VIP, port),
+//     else the VIP's all-ports rule (DropNoRule);
+//  3. the backend is the rule's backend hosted here (a Local in the rule's
+//     VNI) whose MAC is the inner Ethernet destination, which the Mux set to
+//     the MAC of the backend it picked; a local backend configured without a
+//     MAC matches any frame (DropNoLocalBackend);
+//  4. destination VIP:vport becomes DIP:dport, dport = Backend.Port or vport
+//     when that is 0, with every checksum updated (header.RewriteIPv4 and
+//     RewriteIPv6); Packet.Key follows, and Packet.Rule and Packet.Backend
+//     record the rule and the backend's index;
+//  5. the connection is recorded under its return key, with the state class
+//     its TCP flags give (see Table).
+//
+// Non-first fragments take the by-address path described in the package
+// documentation.
+type Inbound struct{ t *Translator }
+
+// Process implements engine.Stage.
+func (s *Inbound) Process(b *engine.Batch) {
+	t := s.t
+	v := t.current()
+	now := t.clock()
+	var c counts
+	for _, p := range b.Packets() {
+		if r := t.inbound(v, p, now, &c); r != 0 {
+			b.Drop(p, r)
+		}
+	}
+	t.flush(b.Worker, &c)
+}
+
+func (t *Translator) inbound(v *view, p *engine.Packet, now flow.Tick, c *counts) engine.DropReason {
+	k := &p.Key
+	if p.Flags&(engine.FlagIPv4|engine.FlagIPv6) == 0 || !k.IsValid() {
+		return engine.DropUnsupported
+	}
+	if p.L4Proto == flow.ProtoICMP || p.L4Proto == flow.ProtoICMPv6 {
+		if isICMPError(p) {
+			// From a router, about the connection to the quoted client.
+			return t.inboundICMPError(v, p, c)
+		}
+	}
+	if t.infra.contains(k.Family, &k.Src) {
+		return DropInfra
+	}
+	if p.Flags&engine.FlagNonFirstFrag != 0 {
+		return t.inboundFragment(v, p, c)
+	}
+	r := v.snap.Lookup(k)
+	if r == nil {
+		return DropNoRule
+	}
+	lb := v.rules[r.ID].pick(macWord(p.Data()))
+	if lb == nil {
+		return DropNoLocalBackend
+	}
+	vport := k.DstPort
+	dport := lb.port
+	if dport == 0 {
+		dport = vport
+	}
+	if t.setHash {
+		p.Hash = t.hasher.SymmetricHash(k) // client → VIP, before translation
+	}
+	if !rewrite(p, header.SideDst, &lb.addr, dport) {
+		return engine.DropUnsupported
+	}
+	// The return key, (VNI, proto, DIP:dport → client:cport), built in
+	// place rather than by copying the key around with Reverse.
+	var ret flow.Key
+	ret.Src, ret.Dst = lb.addr, k.Src
+	ret.SrcPort, ret.DstPort = dport, k.SrcPort
+	ret.VNI, ret.Proto, ret.Family = k.VNI, k.Proto, k.Family
+	k.Dst, k.DstPort = lb.addr, dport
+	p.Rule, p.Backend = r, lb.idx
+	t.track(&ret, lb, vport, classOf(p), now, c)
+	c[cInbound]++
+	return 0
+}
+
+// track records or refreshes the connection whose return key is ret, given
+// the class the client's packet suggests.
+func (t *Translator) track(ret *flow.Key, lb *localBackend, vport uint16, seen flow.StateClass, now flow.Tick, c *counts) {
+	conns := t.table.conns
+	if id, cur, ok := conns.Lookup(ret, now); ok && id == lb.id {
+		next := advance(cur, seen)
+		if next != cur {
+			conns.SetClass(ret, next, now)
+		}
+		if lb.needPort {
+			// Keep the side entry as fresh as the main one, and right.
+			if pv, pc, ok := t.table.ports.Lookup(ret, now); !ok || pv != portValue(vport, lb.id) || pc != next {
+				t.table.ports.Insert(ret, portValue(vport, lb.id), next, now)
+			}
+		}
+		return
+	}
+	class := seen
+	if class == flow.ClassEstablished {
+		// A connection first seen mid-stream (this agent restarted, or
+		// the Mux moved it here) starts untrusted like a SYN and is
+		// promoted by its next packet, so a flood of stray ACKs cannot
+		// fill the table with long-lived entries (as the Mux does).
+		class = flow.ClassUntrusted
+	}
+	if res := conns.Insert(ret, lb.id, class, now); !res.Stored() {
+		c[cRefused]++
+		return
+	}
+	c[cNewFlows]++
+	if lb.needPort {
+		t.table.ports.Insert(ret, portValue(vport, lb.id), class, now)
+	}
+}
+
+// inboundFragment translates a non-first fragment for a VIP by address
+// only: it has no ports, so no rule or connection can be named, but the
+// inner destination MAC still names the DIP the Mux sent the datagram to.
+// The translation is (VNI, proto, VIP, MAC) → DIP when exactly one DIP
+// address is possible; a local backend configured without a MAC is keyed
+// by the zero MAC and used when no backend has the frame's MAC.
+func (t *Translator) inboundFragment(v *view, p *engine.Packet, c *counts) engine.DropReason {
+	k := &p.Key
+	fk := fragInKey{vip: k.Dst, vni: k.VNI, mac: header.Ethernet(p.Data()).Dst(), proto: k.Proto, fam: k.Family}
+	ch, ok := v.fragIn[fk]
+	if !ok {
+		fk.mac = header.MAC{}
+		ch, ok = v.fragIn[fk]
+	}
+	if !ok || ch.ambiguous {
+		return DropFragment
+	}
+	if t.setHash {
+		p.Hash = t.hasher.SymmetricHash(k)
+	}
+	if !rewrite(p, header.SideDst, &ch.addr, 0) {
+		return engine.DropUnsupported
+	}
+	k.Dst = ch.addr
+	c[cFragments]++
+	return 0
+}
+
+// rewrite changes the address (and, for TCP and UDP, the port) on one side
+// of p with the header package's checksum-preserving rewrites.
+func rewrite(p *engine.Packet, side header.Side, addr *[16]byte, port uint16) bool {
+	l3 := p.L3()
+	if p.Flags&engine.FlagIPv4 != 0 {
+		return header.RewriteIPv4(header.IPv4(l3), side, [4]byte(addr[:4]), port) == nil
+	}
+	ip := header.IPv6(l3)
+	if p.Flags&engine.FlagL4 != 0 && int(p.L4Off)-int(p.L3Off) == header.IPv6Size {
+		// No extension headers (so no Routing header): the parser's
+		// transport offset is all RewriteIPv6 needs.
+		return header.RewriteIPv6(ip, header.IPv6Size, p.L4Proto, side, *addr, port) == nil
+	}
+	return header.RewriteIPv6Packet(ip, side, *addr, port) == nil
+}
+
+// classOf returns the state class a packet suggests for its connection:
+// for TCP, untrusted for a SYN without ACK, closing for FIN or RST,
+// established otherwise; every other protocol is ClassUDP.
+func classOf(p *engine.Packet) flow.StateClass {
+	if p.L4Proto != flow.ProtoTCP || p.Flags&engine.FlagL4 == 0 {
+		return flow.ClassUDP
+	}
+	f := header.TCP(p.L4()).Flags()
+	switch {
+	case f&(header.TCPFlagFin|header.TCPFlagRst) != 0:
+		return flow.ClassClosing
+	case f&header.TCPFlagSyn != 0 && f&header.TCPFlagAck == 0:
+		return flow.ClassUntrusted
+	}
+	return flow.ClassEstablished
+}
+
+// advance returns the class a connection moves to when a client packet of
+// class seen arrives: untrusted is promoted by any non-SYN packet; anything
+// moves to closing on FIN or RST; closing is final except that a new SYN
+// (the client reusing the tuple after close) starts over as untrusted. A
+// SYN never demotes an established connection (a spoofed SYN must not make
+// it evictable).
+func advance(cur, seen flow.StateClass) flow.StateClass {
+	switch {
+	case seen == flow.ClassClosing:
+		return flow.ClassClosing
+	case cur == flow.ClassClosing && seen == flow.ClassUntrusted:
+		return flow.ClassUntrusted
+	case cur == flow.ClassUntrusted && seen == flow.ClassEstablished:
+		return flow.ClassEstablished
+	}
+	return cur
+}

@@ -1,0 +1,242 @@
+package nat
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/flow"
+)
+
+// Drop reasons of the NAT stages.
+var (
+	// DropNoRule: an inbound packet's (VNI, proto, VIP, port) matches no
+	// rule.
+	DropNoRule = engine.RegisterDropReason("nat_no_rule")
+	// DropNoLocalBackend: the rule has no backend hosted here whose MAC is
+	// the frame's destination.
+	DropNoLocalBackend = engine.RegisterDropReason("nat_no_local_backend")
+	// DropNoState: a reply has no NAT state and does not match exactly one
+	// rule (Stats.Ambiguous counts the "more than one" part).
+	DropNoState = engine.RegisterDropReason("nat_no_state")
+	// DropInfra: the client side of the packet is an infrastructure
+	// address (health prober, Mux), which is never translated.
+	DropInfra = engine.RegisterDropReason("nat_infra")
+	// DropFragment: a non-first fragment whose translation is not unique
+	// (see the package documentation).
+	DropFragment = engine.RegisterDropReason("nat_fragment")
+)
+
+// Config is the plain configuration of a Translator.
+type Config struct {
+	// Rules is the published rule configuration (VIPs and their pools);
+	// required. It is loaded once per batch.
+	Rules *flow.Rules
+	// Table holds the NAT state; required. Share one Table between the
+	// Translator's two stages and all workers.
+	Table *Table
+	// Locals are the DIPs this node hosts at start; SetLocals replaces
+	// them.
+	Locals []Local
+	// Uplink is the port index replies leave on (Packet.OutPort set by
+	// Return).
+	Uplink uint16
+	// Infra are the infrastructure prefixes (health probers, Muxes, the
+	// node's own addresses): traffic whose client side is inside one is
+	// never translated (DropInfra). The steering program passes it to the
+	// kernel before it reaches the stages; this is the backstop.
+	Infra []netip.Prefix
+	// SetHash makes both stages store in Packet.Hash the symmetric flow hash
+	// (Hasher.SymmetricHash) of the connection's client-facing key, client
+	// ↔ VIP: the same value for both directions of a connection, for a next
+	// stage that spreads flows (an ECMP next hop, a software steering
+	// ring). Off by default: it costs a hash per packet.
+	SetHash bool
+	// Hasher is used when SetHash is on.
+	Hasher flow.Hasher
+	// Clock returns the table tick, read once per batch; nil means
+	// Table.Now. Tests inject synthetic time.
+	Clock func() flow.Tick
+}
+
+// Stats are a Translator's counters, summed over workers.
+type Stats struct {
+	Inbound      uint64 // packets translated VIP:vport → DIP:dport
+	Return       uint64 // replies translated DIP:dport → VIP:vport from state
+	Stateless    uint64 // replies without state translated by their unique rule
+	Ambiguous    uint64 // replies without state matching more than one rule (dropped)
+	Stale        uint64 // replies whose state named a backend no longer here (then stateless)
+	Fragments    uint64 // non-first fragments translated by address (both directions)
+	NewFlows     uint64 // connections entered in the table
+	TableRefused uint64 // connections the table could not store (table full or busy)
+	ICMPErrors   uint64 // ICMP errors translated through their quote (both directions)
+}
+
+// Translator is the Host Agent's stateful DSR NAT: the shared configuration,
+// state and counters behind its two stages, Inbound (VIP → DIP, towards the
+// VM) and Return (DIP → VIP, replies towards the client). It is safe for
+// concurrent use by any number of workers.
+type Translator struct {
+	rules   *flow.Rules
+	table   *Table
+	uplink  uint16
+	infra   prefixes
+	setHash bool
+	hasher  flow.Hasher
+	clock   func() flow.Tick
+
+	locals atomic.Pointer[Locals]
+	view   atomic.Pointer[view]
+	build  sync.Mutex // held while building a view
+
+	stripes []statStripe
+}
+
+// statStripes is the number of counter stripes; worker w adds into stripe
+// w % statStripes, once per batch.
+const statStripes = 16
+
+// statStripe is one worker's counters on cache lines of their own.
+type statStripe struct {
+	c [numCounts]atomic.Uint64
+	_ [128 - numCounts*8%128]byte
+}
+
+// counts are a batch's counters, kept on the stack and added to the
+// stripe once per batch.
+type counts [numCounts]uint64
+
+// Indexes into counts and statStripe.c, in Stats order.
+const (
+	cInbound = iota
+	cReturn
+	cStateless
+	cAmbiguous
+	cStale
+	cFragments
+	cNewFlows
+	cRefused
+	cICMPErrors
+	numCounts
+)
+
+// New validates cfg and returns a Translator. It builds the first view of
+// the current rules and cfg.Locals.
+func New(cfg Config) (*Translator, error) {
+	if cfg.Rules == nil {
+		return nil, errors.New("nat: Config.Rules is nil")
+	}
+	if cfg.Table == nil {
+		return nil, errors.New("nat: Config.Table is nil")
+	}
+	infra, ok := compilePrefixes(cfg.Infra)
+	if !ok {
+		return nil, fmt.Errorf("nat: invalid Config.Infra prefix in %v", cfg.Infra)
+	}
+	locals, err := NewLocals(cfg.Locals)
+	if err != nil {
+		return nil, err
+	}
+	t := &Translator{
+		rules:   cfg.Rules,
+		table:   cfg.Table,
+		uplink:  cfg.Uplink,
+		infra:   infra,
+		setHash: cfg.SetHash,
+		hasher:  cfg.Hasher,
+		clock:   cfg.Clock,
+		stripes: make([]statStripe, statStripes),
+	}
+	if t.clock == nil {
+		t.clock = cfg.Table.Now
+	}
+	t.locals.Store(locals)
+	t.Sync()
+	return t, nil
+}
+
+// Table returns the Translator's state table.
+func (t *Translator) Table() *Table { return t.table }
+
+// Locals returns the local DIPs in force.
+func (t *Translator) Locals() *Locals { return t.locals.Load() }
+
+// SetLocals replaces the set of local DIPs (a VM was added or removed) and
+// rebuilds the view. Existing state whose backend is no longer local stops
+// matching; those replies fall back to the stateless path.
+func (t *Translator) SetLocals(l *Locals) {
+	if l == nil {
+		l = MustLocals()
+	}
+	t.locals.Store(l)
+	t.Sync()
+}
+
+// Sync builds the stages' view of the current rules snapshot and local
+// DIPs now, if it is not built yet. Call it after Rules.Update from the
+// control plane: otherwise the first worker to see the new snapshot builds
+// the view (O(backends), allocating) inside a batch, while the other
+// workers keep using the previous, self-consistent view until it is ready.
+func (t *Translator) Sync() {
+	t.build.Lock()
+	defer t.build.Unlock()
+	snap, loc := t.rules.Load(), t.locals.Load()
+	if v := t.view.Load(); v != nil && v.snap == snap && v.locals == loc {
+		return
+	}
+	t.view.Store(buildView(snap, loc))
+}
+
+// current returns the view for this batch: the published one if it is up
+// to date, else a fresh one built by this worker, or, when another worker
+// is building, the previous view (consistent in itself).
+func (t *Translator) current() *view {
+	v := t.view.Load()
+	if v.snap == t.rules.Load() && v.locals == t.locals.Load() {
+		return v
+	}
+	if !t.build.TryLock() {
+		return v
+	}
+	snap, loc := t.rules.Load(), t.locals.Load()
+	if v = t.view.Load(); v.snap != snap || v.locals != loc {
+		v = buildView(snap, loc)
+		t.view.Store(v)
+	}
+	t.build.Unlock()
+	return v
+}
+
+// Stats sums the counters of all workers.
+func (t *Translator) Stats() Stats {
+	var c counts
+	for i := range t.stripes {
+		for j := range c {
+			c[j] += t.stripes[i].c[j].Load()
+		}
+	}
+	return Stats{
+		Inbound: c[cInbound], Return: c[cReturn], Stateless: c[cStateless],
+		Ambiguous: c[cAmbiguous], Stale: c[cStale], Fragments: c[cFragments],
+		NewFlows: c[cNewFlows], TableRefused: c[cRefused], ICMPErrors: c[cICMPErrors],
+	}
+}
+
+// flush adds a batch's counts to the worker's stripe.
+func (t *Translator) flush(worker int, c *counts) {
+	s := &t.stripes[uint(worker)%statStripes]
+	for i, v := range c {
+		if v != 0 {
+			s.c[i].Add(v)
+		}
+	}
+}
+
+// Inbound returns the inbound stage (VIP → DIP).
+func (t *Translator) Inbound() *Inbound { return &Inbound{t: t} }
+
+// Return returns the return stage (DIP → VIP).
+func (t *Translator) Return() *Return { return &Return{t: t} }

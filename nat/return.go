@@ -1,0 +1,169 @@
+package nat
+
+import (
+	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/header"
+)
+
+// Return is the stage that translates a VM's replies back to the VIP and
+// sends them out of the uplink, straight to the client (Direct Server
+// Return: the Mux never sees them). It runs on a VM port's pipeline after
+// Parse, whose VNI is the VM port's tenant network, so Packet.Key is (VNI,
+// DIP:dport → client:cport). It is safe for concurrent use by several
+// workers.
+//
+// Per packet:
+//
+//  1. the client (destination) must not be an infrastructure address:
+//     such traffic is never translated (DropInfra);
+//  2. the NAT state is looked up by the packet's own key; a hit names the
+//     backend (by ID), whose rule gives the VIP address, and the VIP port
+//     is derived or read from the side table (see Table). A hit whose
+//     backend was removed, moved or is no longer local counts as Stale
+//     and is treated as a miss;
+//  3. on a miss (the agent restarted, or the entry expired) the reply is
+//     translated statelessly when its (VNI, proto, source address, source
+//     port) is the local backend endpoint of exactly one rule (Stats.
+//     Stateless); no rule, or more than one (Stats.Ambiguous), or a rule
+//     whose VIP port cannot be derived, or a TCP SYN without ACK (which
+//     opens a connection and so is never a reply): DropNoState. Nothing is
+//     entered in the table: the client's next packet through Inbound does
+//     that;
+//  4. source DIP:dport becomes VIP:vport with every checksum updated;
+//     Packet.Key follows, Packet.Rule and Packet.Backend record the rule
+//     and backend; OutPort is the uplink. A FIN or RST from the server
+//     moves the connection to the closing class.
+type Return struct{ t *Translator }
+
+// Process implements engine.Stage.
+func (s *Return) Process(b *engine.Batch) {
+	t := s.t
+	v := t.current()
+	now := t.clock()
+	var c counts
+	for _, p := range b.Packets() {
+		if r := t.reply(v, p, now, &c); r != 0 {
+			b.Drop(p, r)
+		}
+	}
+	t.flush(b.Worker, &c)
+}
+
+func (t *Translator) reply(v *view, p *engine.Packet, now flow.Tick, c *counts) engine.DropReason {
+	k := &p.Key
+	if p.Flags&(engine.FlagIPv4|engine.FlagIPv6) == 0 || !k.IsValid() {
+		return engine.DropUnsupported
+	}
+	if t.infra.contains(k.Family, &k.Dst) {
+		return DropInfra
+	}
+	if p.Flags&engine.FlagNonFirstFrag != 0 {
+		return t.replyFragment(v, p, c)
+	}
+	if p.L4Proto == flow.ProtoICMP || p.L4Proto == flow.ProtoICMPv6 {
+		if isICMPError(p) {
+			return t.replyICMPError(v, p, now, c)
+		}
+	}
+	var (
+		vip   *[16]byte
+		vport uint16
+	)
+	if id, cur, ok := t.table.conns.Lookup(k, now); ok {
+		if vip, vport, ok = t.fromState(v, p, id, now); ok {
+			if cur != flow.ClassClosing && classOf(p) == flow.ClassClosing {
+				t.table.conns.SetClass(k, flow.ClassClosing, now)
+				t.table.ports.SetClass(k, flow.ClassClosing, now) // if it has a side entry
+			}
+			c[cReturn]++
+		} else {
+			vip = nil
+			c[cStale]++
+		}
+	}
+	if vip == nil {
+		if classOf(p) == flow.ClassUntrusted {
+			// A SYN without ACK opens a connection (the VM's own,
+			// outbound): it is never a reply, whatever its source.
+			return DropNoState
+		}
+		e, n := v.statelessLookup(k)
+		if n != 1 || e.mode == vportUnknown {
+			if n > 1 {
+				c[cAmbiguous]++
+			}
+			return DropNoState
+		}
+		vip, vport = &e.vip, e.vport
+		if e.mode == vportSource {
+			vport = k.SrcPort
+		}
+		p.Rule, p.Backend = e.rule, e.idx
+		c[cStateless]++
+	}
+	if !rewrite(p, header.SideSrc, vip, vport) {
+		return engine.DropUnsupported
+	}
+	k.Src, k.SrcPort = *vip, vport
+	if t.setHash {
+		p.Hash = t.hasher.SymmetricHash(k) // VIP → client, after translation
+	}
+	p.OutPort = t.uplink
+	return 0
+}
+
+// fromState resolves a table hit for the reply p to the VIP address and
+// port, checking that the backend still exists, is still local, and is the
+// packet's source; it records the rule and backend in p.
+func (t *Translator) fromState(v *view, p *engine.Packet, id uint32, now flow.Tick) (*[16]byte, uint16, bool) {
+	return t.resolve(v, p, &p.Key, id, now)
+}
+
+// resolve is fromState for a reply key k that may differ from p's own (the
+// quote of an ICMP error).
+func (t *Translator) resolve(v *view, p *engine.Packet, k *flow.Key, id uint32, now flow.Tick) (*[16]byte, uint16, bool) {
+	e := v.local(id) // the backend, if it is still configured and local
+	if e == nil || e.rule.VIP.VNI != k.VNI || e.lb.addr != k.Src {
+		return nil, 0, false
+	}
+	r, ri, lb := e.rule, e.ri, e.lb
+	if lb.port != 0 && lb.port != k.SrcPort || lb.port == 0 && r.VIP.Port != 0 && r.VIP.Port != k.SrcPort {
+		return nil, 0, false // the backend's port changed under the connection
+	}
+	vport := r.VIP.Port
+	switch {
+	case vport != 0:
+	case !lb.needPort:
+		vport = k.SrcPort
+	default:
+		pv, _, ok := t.table.ports.Lookup(k, now)
+		if !ok || !portValueID(pv, id) {
+			return nil, 0, false
+		}
+		vport = uint16(pv)
+	}
+	p.Rule, p.Backend = r, lb.idx
+	return &ri.vip, vport, true
+}
+
+// replyFragment translates a non-first fragment of a reply by address: the
+// DIP must be the local backend address of rules of a single VIP address
+// (in that VNI and protocol).
+func (t *Translator) replyFragment(v *view, p *engine.Packet, c *counts) engine.DropReason {
+	k := &p.Key
+	ch, ok := v.fragOut[fragOutKey{dip: k.Src, vni: k.VNI, proto: k.Proto, fam: k.Family}]
+	if !ok || ch.ambiguous {
+		return DropFragment
+	}
+	if !rewrite(p, header.SideSrc, &ch.addr, 0) {
+		return engine.DropUnsupported
+	}
+	k.Src = ch.addr
+	if t.setHash {
+		p.Hash = t.hasher.SymmetricHash(k)
+	}
+	p.OutPort = t.uplink
+	c[cFragments]++
+	return 0
+}
