@@ -125,7 +125,13 @@ func parseL4(p *Packet, seg []byte, proto uint8, off int) (sport, dport uint16, 
 		sport, dport = t.SrcPort(), t.DstPort()
 	case flow.ProtoUDP:
 		u := header.UDP(seg)
-		if u.Check() != nil {
+		if p.Flags&FlagFragment != 0 {
+			// A first fragment holds the UDP header but not all the
+			// datagram its Length counts.
+			if len(seg) < header.UDPSize {
+				return 0, 0, DropBadL4
+			}
+		} else if u.Check() != nil {
 			return 0, 0, DropBadL4
 		}
 		sport, dport = u.SrcPort(), u.DstPort()

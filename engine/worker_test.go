@@ -270,3 +270,24 @@ func TestWorkerPollNoAllocs(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() { w.Poll() })
 	require.Zero(t, allocs)
 }
+
+// TestParseFirstUDPFragment: a first fragment of a UDP datagram carries
+// the UDP header, whose Length counts the whole datagram.
+func TestParseFirstUDPFragment(t *testing.T) {
+	f := udpFrame("198.18.0.1", "198.18.1.1", 1000, 53)
+	// Claim a 1000-byte datagram, of which this is the first fragment.
+	f[14+6] |= 0x20 // MF
+	f[14+20+4], f[14+20+5] = 0x03, 0xe8
+	var p engine.Packet
+	buf := make([]byte, 256)
+	copy(buf[64:], f)
+	p.SetBuffer(nil, 0, buf, 64, len(f), 0)
+	require.Zero(t, engine.ParsePacket(&p, 0))
+	require.NotZero(t, p.Flags&engine.FlagFragment)
+	require.EqualValues(t, 53, p.Key.DstPort)
+	// The same frame not fragmented is malformed.
+	f[14+6] &^= 0x20
+	copy(buf[64:], f)
+	p.SetBuffer(nil, 0, buf, 64, len(f), 0)
+	require.Equal(t, engine.DropBadL4, engine.ParsePacket(&p, 0))
+}
