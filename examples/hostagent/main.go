@@ -1,0 +1,186 @@
+// Command hostagent runs an xdplb Host Agent: it receives the Muxes'
+// VXLAN on the uplink's AF_XDP sockets, delivers each packet to its local
+// VM with the VIP translated to the DIP, and sends the VMs' replies
+// straight back to the clients with the DIP translated to the VIP (Direct
+// Server Return).
+//
+//	hostagent -uplink eth0 -host host-1 -config /etc/xdplb/fleet.yaml -metrics :9101
+//
+// Process settings are flags; everything else (VIPs, the host's VMs and
+// their ports, infrastructure prefixes) is in the document, the same one
+// the Muxes read, which is watched for changes and re-read on SIGHUP.
+// SIGINT/SIGTERM stop the data path, detach the XDP programs and exit. Run
+// it as root.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/xdplb/xdplb/control"
+	"github.com/xdplb/xdplb/engine/afxdp"
+	"github.com/xdplb/xdplb/engine/steer"
+	"github.com/xdplb/xdplb/hostagent"
+)
+
+func main() {
+	var (
+		uplink   = flag.String("uplink", "", "uplink interface (required)")
+		host     = flag.String("host", "", "this host's name or address in the document's hosts (default: the document's node.name)")
+		config   = flag.String("config", "", "desired-state document, YAML (required)")
+		workers  = flag.Int("workers", 0, "workers (0: the fewest queues of the uplink and the VM ports)")
+		metrics  = flag.String("metrics", "", "address for the Prometheus /metrics endpoint, e.g. :9101 (empty: none)")
+		logLevel = flag.String("log-level", "info", "debug, info, warn or error")
+		xdpMode  = flag.String("xdp-mode", "auto", "XDP attach mode: auto, driver or generic")
+		ring     = flag.String("ring", "own", "AF_XDP ring implementation: own or asavie")
+		conns    = flag.Int("conns", hostagent.DefaultNATCapacity, "NAT table capacity (IPv4 connections)")
+		spins    = flag.Int("spin", 0, "empty polls before an idle worker sleeps")
+		infra    = flag.String("infra", "", "extra infrastructure prefixes, comma-separated (never NATed)")
+		tunnels  = flag.String("tunnel-sources", "", "prefixes VXLAN may come from (the Muxes), comma-separated (empty: any)")
+		check    = flag.Bool("check", false, "validate the document, print this host's plan, and exit")
+	)
+	flag.Parse()
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fail(2, "-log-level: %v", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if *config == "" {
+		fail(2, "-config is required")
+	}
+	extra, err := prefixes(*infra)
+	if err != nil {
+		fail(2, "-infra: %v", err)
+	}
+	if *check {
+		doc, err := control.Load(*config)
+		if err != nil {
+			fail(1, "%v", err)
+		}
+		name := *host
+		if name == "" {
+			name = doc.Node.Name
+		}
+		plan, err := hostagent.NewPlan(doc, name, extra)
+		if err != nil {
+			fail(1, "%v", err)
+		}
+		printPlan(plan)
+		return
+	}
+	if *uplink == "" {
+		fail(2, "-uplink is required")
+	}
+	cfg := hostagent.Config{Uplink: *uplink, Host: *host, ConfigPath: *config, Workers: *workers,
+		Infra: extra, Logger: log, IdleSpins: *spins}
+	cfg.NAT.Capacity = *conns
+	if cfg.TunnelSources, err = prefixes(*tunnels); err != nil {
+		fail(2, "-tunnel-sources: %v", err)
+	}
+	if cfg.XDPMode, err = parseXDPMode(*xdpMode); err != nil {
+		fail(2, "%v", err)
+	}
+	switch *ring {
+	case "own":
+		cfg.Port.Ring = afxdp.RingOwn
+	case "asavie":
+		cfg.Port.Ring = afxdp.RingAsavie
+	default:
+		fail(2, "-ring %q: want own or asavie", *ring)
+	}
+	if err := run(cfg, *metrics, log); err != nil {
+		log.Error("hostagent failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func fail(code int, format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "hostagent: "+format+"\n", args...)
+	os.Exit(code)
+}
+
+func run(cfg hostagent.Config, metricsAddr string, log *slog.Logger) error {
+	a, err := hostagent.New(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for range hup {
+			log.Info("hostagent: SIGHUP: reloading the document")
+			a.Reload()
+		}
+	}()
+	if metricsAddr != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(a.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		srv := &http.Server{Addr: metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("hostagent: metrics endpoint", "err", err)
+			}
+		}()
+		defer srv.Close()
+	}
+	err = a.Run(ctx)
+	s, n := a.Stats(), a.NATStats()
+	log.Info("hostagent: stopped", "rx", s.RX, "tx", s.TX, "inbound", n.Inbound,
+		"return", n.Return+n.Stateless, "drops", s.DropsByName())
+	return err
+}
+
+func prefixes(s string) ([]netip.Prefix, error) {
+	var ps []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
+
+func parseXDPMode(s string) (steer.AttachMode, error) {
+	switch s {
+	case "auto":
+		return steer.AttachAuto, nil
+	case "driver":
+		return steer.AttachDriver, nil
+	case "generic":
+		return steer.AttachGeneric, nil
+	}
+	return 0, fmt.Errorf("-xdp-mode %q: want auto, driver or generic", s)
+}
+
+func printPlan(p *hostagent.Plan) {
+	fmt.Printf("version %d: host %s (%v), VXLAN port %d\n", p.Version, p.Host.Name, p.Host.Address, p.Host.VXLANPort)
+	fmt.Printf("uplink steering: %v\n", p.Uplink.VXLAN)
+	fmt.Printf("infrastructure (never NATed): %v\n", p.Infra)
+	for _, vp := range p.Ports {
+		fmt.Printf("VM port %s (port %d, VNI %d): steers replies from %v\n", vp.Interface, vp.Index, vp.VNI, vp.Steer.Src)
+	}
+	for _, e := range p.Endpoints {
+		fmt.Printf("  DIP %v MAC %v VNI %d on port %d\n", e.Addr, e.MAC, e.VNI, e.OutPort)
+	}
+}

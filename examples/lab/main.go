@@ -1,0 +1,540 @@
+//go:build linux
+
+// Command lab runs the whole xdplb system on one machine, in network
+// namespaces, with real traffic through a VIP:
+//
+//	sudo go run ./examples/lab -duration 10s -conns 32
+//
+// It builds two clients, a router (BIRD 2 speaking BGP with the Muxes when
+// it is installed, else static ECMP routes), two Muxes and two hosts with
+// two VMs each, every VM running a small HTTP server and a UDP echo; it
+// starts a Mux on each Mux namespace and a Host Agent on each host (this
+// same binary, re-executed in the namespace with -role), sends HTTP
+// requests (one connection each) and UDP datagrams to the VIP for
+// -duration, prints what happened — connections per DIP against the
+// weights, requests per second, errors, the data paths' drops, the
+// router's routes — and tears everything down, also on Ctrl-C. -keep
+// leaves the topology up until Ctrl-C.
+//
+// Replies take the Direct Server Return path: VM → Host Agent (DIP→VIP) →
+// router → client, never through a Mux.
+//
+// Addresses are 198.18.0.0/15 only, inside the lab's namespaces. Needs
+// root (namespaces, XDP, AF_XDP).
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/vishvananda/netlink"
+
+	"github.com/xdplb/xdplb/hostagent"
+	"github.com/xdplb/xdplb/internal/netlab"
+	"github.com/xdplb/xdplb/mux"
+)
+
+const labPrefix = "xlab"
+
+func main() {
+	var (
+		duration = flag.Duration("duration", 10*time.Second, "how long to send traffic")
+		conns    = flag.Int("conns", 32, "concurrent HTTP connections (over both clients)")
+		keep     = flag.Bool("keep", false, "keep the topology after the traffic, until Ctrl-C")
+		role     = flag.String("role", "", "internal: run as mux or hostagent inside a namespace")
+		ifname   = flag.String("interface", "up", "internal (-role): the uplink")
+		config   = flag.String("config", "", "internal (-role): the document")
+		host     = flag.String("host", "", "internal (-role hostagent): the host's name")
+		metricsA = flag.String("metrics", "", "internal (-role): the /metrics address")
+	)
+	flag.Parse()
+	if *role != "" {
+		if err := runRole(*role, *ifname, *config, *host, *metricsA); err != nil {
+			fmt.Fprintf(os.Stderr, "lab %s: %v\n", *role, err)
+			os.Exit(1)
+		}
+		return
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "lab: run as root (network namespaces, XDP and AF_XDP need it)")
+		os.Exit(2)
+	}
+	if *conns < 1 || *duration <= 0 {
+		fmt.Fprintln(os.Stderr, "lab: -conns must be at least 1 and -duration positive")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *duration, *conns, *keep); err != nil {
+		fmt.Fprintln(os.Stderr, "lab:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, duration time.Duration, conns int, keep bool) (err error) {
+	_ = netlab.CleanupStale(labPrefix) // what a killed earlier run left
+	lab, err := netlab.NewStandalone(labPrefix)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "xdplb-lab-")
+	if err != nil {
+		return err
+	}
+	t := &topo{dir: dir, lab: lab}
+	defer func() {
+		fmt.Println("tearing down: stopping the processes, removing the namespaces")
+		t.stopAll(15 * time.Second)
+		if cerr := lab.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+		if err != nil {
+			for _, p := range t.procs {
+				fmt.Printf("--- %s log (%s), last lines:\n%s\n", p.name, p.log, tail(p.log, 15))
+			}
+		}
+		os.RemoveAll(dir)
+	}()
+
+	fmt.Println("building the topology: 2 clients, router, 2 Muxes, 2 hosts, 4 VMs")
+	if err := t.build(); err != nil {
+		return err
+	}
+	if err := t.routeVIP(ctx); err != nil {
+		return err
+	}
+	if err := serveVMs(t); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	hostDoc := filepath.Join(dir, "fleet.yaml")
+	if err := os.WriteFile(hostDoc, []byte(fleetDocument(1, 0, t.bird)), 0o644); err != nil {
+		return err
+	}
+	for i, n := range t.muxes {
+		doc := filepath.Join(dir, fmt.Sprintf("mux%d.yaml", i+1))
+		if err := os.WriteFile(doc, []byte(fleetDocument(1, i+1, t.bird)), 0o644); err != nil {
+			return err
+		}
+		if _, err := t.start(ctx, fmt.Sprintf("mux%d", i+1), n, self, "-role", "mux", "-interface", "up",
+			"-config", doc, "-metrics", net.JoinHostPort(muxAddr(i+1), strconv.Itoa(metrics))); err != nil {
+			return err
+		}
+	}
+	for j, n := range t.hosts {
+		if _, err := t.start(ctx, fmt.Sprintf("host%d", j+1), n, self, "-role", "hostagent", "-interface", "up",
+			"-host", fmt.Sprintf("host%d", j+1), "-config", hostDoc,
+			"-metrics", net.JoinHostPort(hostAddr(j+1), strconv.Itoa(metrics))); err != nil {
+			return err
+		}
+	}
+	fmt.Println("started a Mux in mux1 and mux2, a Host Agent in host1 and host2 (this binary, -role); logs in", dir)
+
+	if err := waitReady(ctx, t); err != nil {
+		return err
+	}
+	fmt.Printf("sending HTTP (%d connections at a time) and UDP to %s for %v\n", conns, vip, duration)
+	before := scrapeAll(t)
+	res := traffic(ctx, t, duration, conns)
+	if ctx.Err() != nil {
+		fmt.Println("interrupted: the numbers below cover the traffic sent until then")
+	}
+	after := scrapeAll(t)
+	report(t, res, before, after, conns)
+
+	if keep && ctx.Err() == nil {
+		fmt.Println("\nthe topology stays up until Ctrl-C; for instance:")
+		fmt.Printf("  ip netns exec %s curl -s http://%s/\n", t.clients[0].Name(), vip)
+		fmt.Printf("  ip netns exec %s ip route show %s\n", t.router.Name(), vip)
+		fmt.Printf("  ip netns exec %s curl -s http://%s/metrics | grep xdplb_nat\n", t.hosts[0].Name(), net.JoinHostPort(hostAddr(1), strconv.Itoa(metrics)))
+		<-ctx.Done()
+	}
+	return nil
+}
+
+// runRole runs a Mux or a Host Agent in the current namespace until
+// SIGINT/SIGTERM, serving /metrics.
+func runRole(role, ifname, config, host, metricsAddr string) error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	reg := prometheus.NewRegistry()
+	var runFn func(context.Context) error
+	switch role {
+	case "mux":
+		m, err := mux.New(mux.Config{Interface: ifname, ConfigPath: config, Logger: log})
+		if err != nil {
+			return err
+		}
+		reg.MustRegister(m.Collector())
+		runFn = m.Run
+	case "hostagent":
+		a, err := hostagent.New(hostagent.Config{Uplink: ifname, Host: host, ConfigPath: config, Logger: log})
+		if err != nil {
+			return err
+		}
+		reg.MustRegister(a.Collector())
+		runFn = a.Run
+	default:
+		return fmt.Errorf("unknown role %q", role)
+	}
+	srv := &http.Server{Addr: metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics endpoint", "err", err)
+		}
+	}()
+	defer srv.Close()
+	return runFn(ctx)
+}
+
+// serveVMs starts every VM's HTTP server (DIP:8080, answering the VM's
+// name) and UDP echo (DIP:7007, answering "name: payload").
+func serveVMs(t *topo) error {
+	for i, vm := range vms {
+		name := vm.name
+		ln, err := t.vmNS[i].Listen(context.Background(), "tcp4", net.JoinHostPort(vm.addr, strconv.Itoa(dipTCP)))
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{ReadHeaderTimeout: 5 * time.Second,
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, name) })}
+		go srv.Serve(ln)
+		pc, err := t.vmNS[i].ListenPacket(context.Background(), "udp4", net.JoinHostPort(vm.addr, strconv.Itoa(dipUDP)))
+		if err != nil {
+			return err
+		}
+		go func() {
+			buf := make([]byte, 2048)
+			for {
+				n, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				pc.WriteTo(append([]byte(name+": "), buf[:n]...), from)
+			}
+		}()
+	}
+	return nil
+}
+
+// waitReady waits until the router routes the VIP over both Muxes, every
+// Mux sees every backend up, every Host Agent forwards, and a first
+// request from each client is answered (which also resolves the next
+// hops).
+func waitReady(ctx context.Context, t *topo) error {
+	fmt.Print("waiting for the VIP route, the health probes and the data paths... ")
+	start := time.Now()
+	if err := waitFor(ctx, "the router's ECMP route to the VIP over both Muxes", 60*time.Second, func() bool {
+		return len(nextHops(t)) == 2
+	}); err != nil {
+		return err
+	}
+	for i, n := range t.muxes {
+		if err := waitFor(ctx, fmt.Sprintf("mux%d: every backend up", i+1), 30*time.Second, func() bool {
+			m, err := scrape(n, muxAddr(i+1))
+			if err != nil {
+				return false
+			}
+			for _, vm := range vms {
+				if m[fmt.Sprintf(`xdplb_backend_up{backend=%q,vip="web"}`, vm.name)] != 1 {
+					return false
+				}
+			}
+			return true
+		}); err != nil {
+			return err
+		}
+	}
+	for j, n := range t.hosts {
+		if err := waitFor(ctx, fmt.Sprintf("host%d: data path", j+1), 30*time.Second, func() bool {
+			m, err := scrape(n, hostAddr(j+1))
+			return err == nil && m["xdplb_datapath_up"] == 1
+		}); err != nil {
+			return err
+		}
+	}
+	for k, c := range t.clients {
+		hc := httpClient(c, 3*time.Second)
+		if err := waitFor(ctx, fmt.Sprintf("client%d: a first answer from the VIP", k+1), 30*time.Second, func() bool {
+			_, err := get(hc)
+			return err == nil
+		}); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("ready after %v\n", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// nextHops returns the gateways of the router's kernel route to the VIP.
+func nextHops(t *topo) []string {
+	routes, err := t.router.Netlink().RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return nil
+	}
+	var gws []string
+	for _, r := range routes {
+		if r.Dst == nil || r.Dst.String() != vip+"/32" {
+			continue
+		}
+		if r.Gw != nil {
+			gws = append(gws, r.Gw.String())
+		}
+		for _, nh := range r.MultiPath {
+			gws = append(gws, nh.Gw.String())
+		}
+	}
+	sort.Strings(gws)
+	return gws
+}
+
+// results is what the traffic generators saw.
+type results struct {
+	elapsed              time.Duration
+	mu                   sync.Mutex
+	perDIP               map[string]int
+	httpErrs             int
+	firstErr             error
+	udpSent, udpAnswered atomic.Int64
+	udpWrong             atomic.Int64
+}
+
+// traffic sends, from every client, HTTP GETs on new connections (conns
+// at a time over all clients) and UDP echo requests from new sockets (a
+// new flow each), until duration has passed or ctx is done.
+func traffic(ctx context.Context, t *topo, duration time.Duration, conns int) *results {
+	res := &results{perDIP: map[string]int{}}
+	ctx, cancel := context.WithTimeout(ctx, duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	start := time.Now()
+	for g := 0; g < conns; g++ {
+		c := t.clients[g%len(t.clients)]
+		hc := httpClient(c, 5*time.Second)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				body, err := get(hc)
+				res.mu.Lock()
+				if err != nil {
+					if ctx.Err() == nil {
+						res.httpErrs++
+						if res.firstErr == nil {
+							res.firstErr = err
+						}
+					}
+				} else {
+					res.perDIP[body]++
+				}
+				res.mu.Unlock()
+			}
+		}()
+	}
+	for _, c := range t.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				msg := fmt.Sprintf("echo %d", i)
+				conn, err := c.Dial(context.Background(), "udp4", net.JoinHostPort(vip, strconv.Itoa(vipUDP)))
+				if err != nil {
+					continue
+				}
+				res.udpSent.Add(1)
+				conn.Write([]byte(msg))
+				conn.SetReadDeadline(time.Now().Add(time.Second))
+				buf := make([]byte, 2048)
+				n, err := conn.Read(buf)
+				conn.Close()
+				if err != nil {
+					continue
+				}
+				if _, rest, ok := strings.Cut(string(buf[:n]), ": "); ok && rest == msg {
+					res.udpAnswered.Add(1)
+				} else {
+					res.udpWrong.Add(1)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	return res
+}
+
+func httpClient(n *netlab.NS, timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
+			return n.Dial(ctx, "tcp4", address)
+		},
+		DisableKeepAlives: true,
+	}}
+}
+
+func get(hc *http.Client) (string, error) {
+	resp, err := hc.Get("http://" + vip + "/")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET: %s", resp.Status)
+	}
+	return string(b), nil
+}
+
+// scrapeAll reads every Mux's and Host Agent's /metrics, by node name.
+func scrapeAll(t *topo) map[string]map[string]float64 {
+	out := map[string]map[string]float64{}
+	for i, n := range t.muxes {
+		out[fmt.Sprintf("mux%d", i+1)], _ = scrape(n, muxAddr(i+1))
+	}
+	for j, n := range t.hosts {
+		out[fmt.Sprintf("host%d", j+1)], _ = scrape(n, hostAddr(j+1))
+	}
+	return out
+}
+
+func scrape(n *netlab.NS, addr string) (map[string]float64, error) {
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
+			return n.Dial(ctx, "tcp4", address)
+		},
+		DisableKeepAlives: true,
+	}}
+	resp, err := hc.Get("http://" + net.JoinHostPort(addr, strconv.Itoa(metrics)) + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		if i := strings.LastIndexByte(line, ' '); i > 0 {
+			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+				out[line[:i]] = v
+			}
+		}
+	}
+	return out, sc.Err()
+}
+
+func report(t *topo, res *results, before, after map[string]map[string]float64, conns int) {
+	total := 0
+	weights := 0
+	for _, vm := range vms {
+		total += res.perDIP[vm.name]
+		weights += vm.weight
+	}
+	secs := res.elapsed.Seconds()
+	fmt.Printf("\nHTTP: %d requests in %.1fs = %.0f requests/s (%d connections at a time, one connection per request), %d errors\n",
+		total, secs, float64(total)/secs, conns, res.httpErrs)
+	if res.firstErr != nil {
+		fmt.Printf("  first error: %v\n", res.firstErr)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "DIP\thost\tweight\texpected share\tconnections\tshare\t")
+	for _, vm := range vms {
+		share := 0.0
+		if total > 0 {
+			share = float64(res.perDIP[vm.name]) / float64(total)
+		}
+		fmt.Fprintf(tw, "%s %s\thost%d\t%d\t%.1f%%\t%d\t%.1f%%\t\n", vm.name, vm.addr, vm.host, vm.weight,
+			100*float64(vm.weight)/float64(weights), res.perDIP[vm.name], 100*share)
+	}
+	tw.Flush()
+	sent, answered := res.udpSent.Load(), res.udpAnswered.Load()
+	fmt.Printf("UDP echo: %d datagrams sent (a new flow each), %d answered from the VIP, %d lost, %d wrong\n",
+		sent, answered, sent-answered-res.udpWrong.Load(), res.udpWrong.Load())
+
+	delta := func(node, key string) float64 { return after[node][key] - before[node][key] }
+	fmt.Println("\ndata paths during the traffic (from /metrics):")
+	for _, node := range []string{"mux1", "mux2", "host1", "host2"} {
+		if before[node] == nil || after[node] == nil {
+			fmt.Printf("  %-5s /metrics could not be read\n", node)
+			continue
+		}
+		drops := map[string]float64{}
+		for k := range after[node] {
+			if strings.HasPrefix(k, "xdplb_drops_total") {
+				if d := delta(node, k); d != 0 {
+					drops[strings.TrimSuffix(strings.TrimPrefix(k, `xdplb_drops_total{reason="`), `"}`)] = d
+				}
+			}
+		}
+		line := fmt.Sprintf("  %-5s rx %8.0f  tx %8.0f", node, delta(node, `xdplb_packets_total{direction="rx"}`),
+			delta(node, `xdplb_packets_total{direction="tx"}`))
+		if strings.HasPrefix(node, "host") {
+			line += fmt.Sprintf("  NAT inbound %.0f, return %.0f (stateless %.0f), table %.0f",
+				delta(node, `xdplb_nat_packets_total{outcome="inbound"}`), delta(node, `xdplb_nat_packets_total{outcome="return"}`),
+				delta(node, `xdplb_nat_packets_total{outcome="return_stateless"}`), after[node]["xdplb_nat_table_entries"])
+		}
+		fmt.Printf("%s  drops %v\n", line, drops)
+	}
+	fmt.Println("  (the Muxes carry only the client → VIP direction; replies leave the hosts straight for the router)")
+
+	fmt.Println("\nrouter's route table:")
+	out, _ := exec.Command("ip", "-n", t.router.Name(), "route", "show").CombinedOutput()
+	fmt.Print(indent(string(out)))
+	if t.bird {
+		out, _ := t.birdc("show route")
+		fmt.Print(indent(out))
+	}
+}
+
+func indent(s string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		b.WriteString("  " + l + "\n")
+	}
+	return b.String()
+}
+
+// tail returns the last n lines of a file.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,418 @@
+package hostagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/xdplb/xdplb/control"
+	"github.com/xdplb/xdplb/encap"
+	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/engine/afxdp"
+	"github.com/xdplb/xdplb/engine/nexthop"
+	"github.com/xdplb/xdplb/engine/steer"
+	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/nat"
+)
+
+// DefaultNATCapacity is the NAT table's IPv4 capacity when
+// Config.NAT.Capacity is 0.
+const DefaultNATCapacity = 1 << 18
+
+// Config is the Host Agent's process configuration; everything else comes
+// from the desired-state document at ConfigPath.
+type Config struct {
+	// Uplink is the physical interface: VXLAN from the Muxes arrives and
+	// DSR replies leave there.
+	Uplink string
+	// Host names this host in the document's hosts: a name or an
+	// address. Empty means the document's node.name.
+	Host string
+	// ConfigPath is the desired-state document (YAML), watched for
+	// changes; Reload re-reads it (SIGHUP).
+	ConfigPath string
+	// Workers is how many workers to run; 0 means as many as the
+	// interface with the fewest queues (uplink or VM port) has, which is
+	// also the most: each worker owns a transmit socket on every
+	// interface, and a socket binds to one queue. Queues above the worker
+	// count still get a socket each, read by worker queue % Workers.
+	Workers int
+	// Port is the template of every AF_XDP port (Ring, Mode, NumFrames,
+	// ring sizes); Interface, Queue and Name are set per socket.
+	Port afxdp.Config
+	// XDPMode is how the steering programs are attached.
+	XDPMode steer.AttachMode
+	// NAT sizes the NAT table (Capacity default DefaultNATCapacity) and
+	// sets its idle timeouts.
+	NAT nat.TableConfig
+	// Infra are infrastructure prefixes added to the document's
+	// infra_prefixes (the host's own address is always one).
+	Infra []netip.Prefix
+	// TunnelSources, when not empty, are the prefixes VXLAN may come from
+	// (the Muxes); other VXLAN is dropped (encap.DecapConfig.Sources).
+	TunnelSources []netip.Prefix
+	// IdleSpins is passed to the workers (engine.WorkerConfig).
+	IdleSpins int
+	// Logger receives the agent's logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Agent is a running Host Agent node.
+type Agent struct {
+	cfg       Config
+	log       *slog.Logger
+	rules     *flow.Rules
+	table     *nat.Table
+	endpoints encap.LocalTable
+	watcher   *control.Watcher
+	rebuild   chan struct{} // a document changed the data path's structure
+
+	mu      sync.Mutex
+	plan    *Plan          // the running document's plan
+	snap    *flow.Snapshot // its rules
+	locals  *encap.Locals  // plan.Endpoints, indexed
+	dips    *nat.Locals    // plan.DIPs, indexed
+	dp      *dataPath      // nil while no data path runs
+	retired engine.Stats
+	retNAT  nat.Stats
+	builds  uint64
+}
+
+// New checks cfg and prepares an Agent; Run starts it.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Uplink == "" {
+		return nil, errors.New("hostagent: Config.Uplink is empty")
+	}
+	if cfg.ConfigPath == "" {
+		return nil, errors.New("hostagent: Config.ConfigPath is empty")
+	}
+	if cfg.Workers < 0 {
+		return nil, errors.New("hostagent: Config.Workers must not be negative")
+	}
+	for _, p := range append(append([]netip.Prefix(nil), cfg.Infra...), cfg.TunnelSources...) {
+		if !p.IsValid() {
+			return nil, fmt.Errorf("hostagent: invalid prefix %v", p)
+		}
+	}
+	if cfg.NAT.Capacity == 0 {
+		cfg.NAT.Capacity = DefaultNATCapacity
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	table, err := nat.NewTable(cfg.NAT)
+	if err != nil {
+		return nil, fmt.Errorf("hostagent: %w", err)
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger, rules: flow.NewRules(), table: table,
+		rebuild: make(chan struct{}, 1)}
+	a.watcher = control.NewWatcher(cfg.ConfigPath, control.WatcherOptions{Logger: cfg.Logger})
+	return a, nil
+}
+
+// Reload re-reads the document (what SIGHUP does).
+func (a *Agent) Reload() { a.watcher.Reload() }
+
+// Status returns the document watcher's status (version, errors).
+func (a *Agent) Status() control.Status { return a.watcher.Status() }
+
+// Plan returns the plan of the running document (nil before the first).
+func (a *Agent) Plan() *Plan {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.plan
+}
+
+// Rules returns the published VIP rules.
+func (a *Agent) Rules() *flow.Rules { return a.rules }
+
+// Table returns the NAT table.
+func (a *Agent) Table() *nat.Table { return a.table }
+
+// Forwarding reports whether the data path runs.
+func (a *Agent) Forwarding() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.dp != nil
+}
+
+// Stats returns the data path's counters since the agent started.
+func (a *Agent) Stats() engine.Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.retired
+	if a.dp != nil {
+		addStats(&s, a.dp.eng.Stats())
+	}
+	return s
+}
+
+// NATStats returns the NAT stages' counters since the agent started.
+func (a *Agent) NATStats() nat.Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.retNAT
+	if a.dp != nil {
+		s = addNAT(s, a.dp.nat.Stats())
+	}
+	return s
+}
+
+func addStats(s *engine.Stats, o engine.Stats) {
+	s.RX += o.RX
+	s.TX += o.TX
+	s.Batches += o.Batches
+	for i := range s.Drops {
+		s.Drops[i] += o.Drops[i]
+	}
+}
+
+func addNAT(s, o nat.Stats) nat.Stats {
+	s.Inbound += o.Inbound
+	s.Return += o.Return
+	s.Stateless += o.Stateless
+	s.Ambiguous += o.Ambiguous
+	s.Stale += o.Stale
+	s.Fragments += o.Fragments
+	s.NewFlows += o.NewFlows
+	s.TableRefused += o.TableRefused
+	s.ICMPErrors += o.ICMPErrors
+	return s
+}
+
+// hostOf returns the name or address that selects this host in doc.
+func (a *Agent) hostOf(doc *control.Document) (string, error) {
+	if a.cfg.Host != "" {
+		return a.cfg.Host, nil
+	}
+	if doc.Node.Name != "" {
+		return doc.Node.Name, nil
+	}
+	return "", errors.New("hostagent: no host: set Config.Host (-host) or the document's node.name")
+}
+
+// apply is the watcher's callback. It applies doc whole or not at all:
+// everything that can fail (the plan, the rule snapshot, the indexes, the
+// steering maps) is done before anything is published. A document that
+// keeps the data path's structure is swapped in live; one that changes
+// it (a VM port added or removed, the host's address, the infrastructure
+// prefixes) is published and the data path rebuilt.
+func (a *Agent) apply(doc *control.Document) error {
+	host, err := a.hostOf(doc)
+	if err != nil {
+		return err
+	}
+	plan, err := NewPlan(doc, host, a.cfg.Infra)
+	if err != nil {
+		return fmt.Errorf("version %d: %w", doc.Version, err)
+	}
+	locals, err := encap.NewLocals(plan.Endpoints)
+	if err != nil {
+		return fmt.Errorf("hostagent: version %d: %w", doc.Version, err)
+	}
+	dips, err := nat.NewLocals(plan.DIPs)
+	if err != nil {
+		return fmt.Errorf("hostagent: version %d: %w", doc.Version, err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	prev := a.snap
+	if prev == nil {
+		prev = a.rules.Load()
+	}
+	snap, err := flow.NewSnapshot(doc.Version, doc.Rules(nil), prev)
+	if err != nil {
+		return fmt.Errorf("hostagent: version %d: %w", doc.Version, err)
+	}
+	live := a.dp != nil && a.dp.plan.SameStructure(plan)
+	if a.dp != nil && !live {
+		// Refuse a version whose VM ports do not exist: the rebuilt data
+		// path could not open them.
+		for _, vp := range plan.Ports {
+			if _, err := net.InterfaceByName(vp.Interface); err != nil {
+				return fmt.Errorf("hostagent: version %d: VM port %s: %w", doc.Version, vp.Interface, err)
+			}
+		}
+	}
+	if live {
+		if err := a.dp.steer(plan); err != nil {
+			return fmt.Errorf("hostagent: version %d: steering: %w", doc.Version, err)
+		}
+	}
+	a.plan, a.snap, a.locals, a.dips = plan, snap, locals, dips
+	if live {
+		a.publish()
+		a.dp.plan = plan
+		a.dp.nat.SetLocals(dips) // also builds the NAT view of the new rules
+	} else if a.dp != nil {
+		// The running data path keeps the previous version whole until
+		// the new one replaces it: its port indexes may differ.
+		select {
+		case a.rebuild <- struct{}{}:
+		default:
+		}
+	}
+	a.log.Info("hostagent: applied configuration", "version", doc.Version, "host", plan.Host.Name,
+		"address", plan.Host.Address, "vm_ports", len(plan.Ports), "dips", len(plan.DIPs),
+		"vips", snap.Len(), "data_path", dataPathAction(a.dp != nil, live))
+	return nil
+}
+
+func dataPathAction(running, live bool) string {
+	switch {
+	case !running:
+		return "not running yet"
+	case live:
+		return "updated live"
+	}
+	return "rebuild"
+}
+
+// publish makes the accepted version the data path's: rules and
+// endpoints. Called with a.mu held.
+func (a *Agent) publish() {
+	a.rules.Store(a.snap)
+	a.endpoints.Store(a.locals)
+}
+
+// Run runs the Host Agent until ctx is done. It waits for the first
+// document, builds the data path (steering programs on the uplink and on
+// every VM port, AF_XDP sockets, workers) and forwards; a document that
+// changes the data path's structure makes it stop the data path and build
+// it again (the NAT table survives). On return every program is detached
+// and every socket closed.
+func (a *Agent) Run(ctx context.Context) error {
+	ifi, err := net.InterfaceByName(a.cfg.Uplink)
+	if err != nil {
+		return fmt.Errorf("hostagent: uplink: %w", err)
+	}
+	resolver, err := nexthop.NewResolver(nexthop.Config{Logger: a.log})
+	if err != nil {
+		return fmt.Errorf("hostagent: next-hop resolver: %w", err)
+	}
+	defer resolver.Close()
+
+	sideCtx, stopSide := context.WithCancel(context.Background())
+	var side sync.WaitGroup
+	defer func() {
+		stopSide()
+		side.Wait()
+	}()
+	goSide := func(name string, fn func(context.Context) error) {
+		side.Add(1)
+		go func() {
+			defer side.Done()
+			if err := fn(sideCtx); err != nil && !errors.Is(err, context.Canceled) {
+				a.log.Error("hostagent: "+name+" stopped", "err", err)
+			}
+		}()
+	}
+	goSide("next-hop resolver", resolver.Run)
+	goSide("NAT table ager", a.age)
+
+	first := make(chan error, 1)
+	var once sync.Once
+	goSide("config watcher", func(c context.Context) error {
+		err := a.watcher.Run(c, func(doc *control.Document) error {
+			err := a.apply(doc)
+			once.Do(func() { first <- err })
+			return err
+		})
+		once.Do(func() { first <- err })
+		return err
+	})
+	select {
+	case err := <-first:
+		if err != nil {
+			return fmt.Errorf("hostagent: first configuration: %w", err)
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+
+	for {
+		dp, err := a.start(ifi, resolver)
+		if err != nil {
+			return err
+		}
+		engCtx, stopEngine := context.WithCancel(context.Background())
+		engDone := make(chan error, 1)
+		go func() { engDone <- dp.eng.Run(engCtx) }()
+
+		var runErr error
+		rebuild := false
+		select {
+		case <-ctx.Done():
+		case runErr = <-engDone:
+			a.log.Error("hostagent: data path stopped", "err", runErr)
+			engDone <- runErr
+		case <-a.rebuild:
+			rebuild = true
+		}
+		stopEngine()
+		if err := <-engDone; err != nil && runErr == nil {
+			runErr = err
+		}
+		a.stop(dp)
+		if !rebuild || runErr != nil {
+			return runErr
+		}
+		a.log.Info("hostagent: the document changed the data path's structure: rebuilding it")
+	}
+}
+
+// start builds the data path for the current plan and publishes it.
+func (a *Agent) start(ifi *net.Interface, resolver *nexthop.Resolver) (*dataPath, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	// A rebuild request raised before this build is served by it.
+	select {
+	case <-a.rebuild:
+	default:
+	}
+	a.publish()
+	dp, err := a.open(a.plan, a.dips, ifi, resolver)
+	if err != nil {
+		return nil, err
+	}
+	a.dp = dp
+	a.builds++
+	a.log.Info("hostagent: forwarding", "uplink", ifi.Name, "host", a.plan.Host.Address,
+		"vxlan_port", a.plan.Host.VXLANPort, "vm_ports", len(a.plan.Ports), "workers", len(dp.eng.Workers()),
+		"sockets", len(dp.ports), "version", a.plan.Version)
+	return dp, nil
+}
+
+// stop retires a stopped data path: its counters are kept, its programs
+// detached and its sockets closed.
+func (a *Agent) stop(dp *dataPath) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	addStats(&a.retired, dp.eng.Stats())
+	a.retNAT = addNAT(a.retNAT, dp.nat.Stats())
+	if a.dp == dp {
+		a.dp = nil
+	}
+	dp.close()
+}
+
+// age sweeps the NAT table: the whole table about every 10 s.
+func (a *Agent) age(ctx context.Context) error {
+	const every = 100 * time.Millisecond
+	budget := a.table.Conns().Cap()/100 + 1
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			a.table.Age(a.table.Now(), budget)
+		}
+	}
+}

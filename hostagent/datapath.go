@@ -1,0 +1,242 @@
+package hostagent
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/xdplb/xdplb/encap"
+	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/engine/afxdp"
+	"github.com/xdplb/xdplb/engine/nexthop"
+	"github.com/xdplb/xdplb/engine/steer"
+	"github.com/xdplb/xdplb/nat"
+)
+
+// dataPath is one build of the data path for one plan structure: a
+// steering program per interface, an AF_XDP socket per (interface, queue),
+// the NAT translator and the workers.
+//
+// Worker w owns the sockets on queue w of every interface: port 0 is the
+// uplink's, port 1+i VM port i's (VMPort.Index), so a packet's OutPort
+// means the same interface in every worker and each worker transmits only
+// on sockets it owns. Its inputs are those sockets, the uplink through
+//
+//	Decap → nat.Inbound                          (→ the VM's port)
+//
+// and every VM port through
+//
+//	Parse{VNI} → nat.Return → NextHop(L3Dst)     (→ the uplink, DSR)
+//
+// Sockets on queues at or above the worker count (an interface with more
+// queues than another) are extra inputs of worker queue % workers.
+type dataPath struct {
+	plan   *Plan
+	uplink *iface
+	vms    []*iface // in plan.Ports order
+	ports  []*afxdp.Port
+	nat    *nat.Translator
+	eng    *engine.Engine
+}
+
+// iface is one interface the data path serves.
+type iface struct {
+	name    string
+	index   int
+	queues  int
+	prog    *steer.Program
+	sockets []*afxdp.Port // by queue
+}
+
+// open builds the data path for plan and attaches its programs. On error
+// everything built so far is released.
+func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *nexthop.Resolver) (_ *dataPath, err error) {
+	dp := &dataPath{plan: plan}
+	defer func() {
+		if err != nil {
+			dp.close()
+		}
+	}()
+	newIface := func(name string, cfg steer.Config) (*iface, error) {
+		ifi, err := net.InterfaceByName(name)
+		if err != nil {
+			return nil, fmt.Errorf("hostagent: %w", err)
+		}
+		q, err := afxdp.QueueCount(name)
+		if err != nil {
+			return nil, fmt.Errorf("hostagent: queues of %s: %w", name, err)
+		}
+		prog, err := steer.Load(steer.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("hostagent: load the steering program for %s: %w", name, err)
+		}
+		f := &iface{name: name, index: ifi.Index, queues: q, prog: prog}
+		if err := prog.Sync(cfg); err != nil {
+			prog.Close()
+			return nil, fmt.Errorf("hostagent: steering rules of %s: %w", name, err)
+		}
+		return f, nil
+	}
+	if dp.uplink, err = newIface(up.Name, plan.Uplink); err != nil {
+		return nil, err
+	}
+	for _, vp := range plan.Ports {
+		f, err := newIface(vp.Interface, vp.Steer)
+		if err != nil {
+			return nil, err
+		}
+		dp.vms = append(dp.vms, f)
+	}
+
+	// Workers: at most the fewest queues of any interface.
+	workers := dp.uplink.queues
+	for _, f := range dp.vms {
+		workers = min(workers, f.queues)
+	}
+	if n := a.cfg.Workers; n > 0 {
+		if n > workers {
+			return nil, fmt.Errorf("hostagent: %d workers asked, but an interface has only %d queues "+
+				"(each worker transmits on a socket of its own per interface)", n, workers)
+		}
+		workers = n
+	}
+
+	if dp.nat, err = nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra}); err != nil {
+		return nil, fmt.Errorf("hostagent: %w", err)
+	}
+	dp.nat.SetLocals(dips)
+	inbound, returns, err := a.pipelines(plan, dp.nat, up.Index, resolver)
+	if err != nil {
+		return nil, err
+	}
+
+	// Sockets, one per (interface, queue), registered in the
+	// interface's XSKMAP; worker configurations.
+	cfgs := make([]engine.WorkerConfig, workers)
+	for w := range cfgs {
+		cfgs[w] = engine.WorkerConfig{ID: w, IdleSpins: a.cfg.IdleSpins}
+	}
+	all := append([]*iface{dp.uplink}, dp.vms...)
+	for i, f := range all {
+		f.sockets = make([]*afxdp.Port, f.queues)
+		pl := inbound
+		if i > 0 {
+			pl = returns[i-1]
+		}
+		for q := 0; q < f.queues; q++ {
+			pc := a.cfg.Port
+			pc.Name, pc.Interface, pc.Ifindex, pc.Queue = fmt.Sprintf("%s:%d", f.name, q), f.name, 0, q
+			port, err := afxdp.Open(pc)
+			if err != nil {
+				return nil, fmt.Errorf("hostagent: open %s queue %d: %w", f.name, q, err)
+			}
+			dp.ports = append(dp.ports, port)
+			f.sockets[q] = port
+			if err := f.prog.RegisterSocket(q, port.FD()); err != nil {
+				return nil, err
+			}
+			if q < workers {
+				// Worker q's own socket on this interface: port i.
+				wc := &cfgs[q]
+				wc.Ports = append(wc.Ports, port)
+				wc.Inputs = append(wc.Inputs, engine.Input{Port: i, Pipeline: pl})
+			}
+		}
+	}
+	// Extra queues go after the shared layout, as receive-only inputs.
+	for _, f := range all {
+		for q := workers; q < f.queues; q++ {
+			pl := inbound
+			if f != dp.uplink {
+				pl = returns[indexOf(dp.vms, f)]
+			}
+			wc := &cfgs[q%workers]
+			wc.Ports = append(wc.Ports, f.sockets[q])
+			wc.Inputs = append(wc.Inputs, engine.Input{Port: len(wc.Ports) - 1, Pipeline: pl})
+		}
+	}
+	ws := make([]*engine.Worker, workers)
+	for w := range cfgs {
+		if ws[w], err = engine.NewWorker(cfgs[w]); err != nil {
+			return nil, err
+		}
+	}
+	if dp.eng, err = engine.New(ws...); err != nil {
+		return nil, err
+	}
+
+	// Attach last: from now on the steered traffic reaches the sockets.
+	for _, f := range all {
+		if err := f.prog.Attach(f.index, a.cfg.XDPMode); err != nil {
+			return nil, fmt.Errorf("hostagent: attach the steering program to %s: %w", f.name, err)
+		}
+	}
+	return dp, nil
+}
+
+// pipelines returns the uplink's pipeline and each VM port's (in
+// plan.Ports order), over the translator tr; replies leave through the
+// interface uplinkIndex, resolved by r. The stages are safe for concurrent
+// use: every worker shares them.
+func (a *Agent) pipelines(plan *Plan, tr *nat.Translator, uplinkIndex int, r encap.Resolver) (*engine.Pipeline, []*engine.Pipeline, error) {
+	decap, err := encap.NewDecap(encap.DecapConfig{Addrs: []netip.Addr{plan.Host.Address},
+		Port: plan.Host.VXLANPort, Sources: a.cfg.TunnelSources}, &a.endpoints)
+	if err != nil {
+		return nil, nil, fmt.Errorf("hostagent: %w", err)
+	}
+	nh, err := encap.NewNextHop(encap.NextHopConfig{Mode: encap.L3Dst, Ports: map[int]uint16{uplinkIndex: UplinkPort}}, r)
+	if err != nil {
+		return nil, nil, fmt.Errorf("hostagent: %w", err)
+	}
+	inbound := engine.NewPipeline(decap, tr.Inbound())
+	returns := make([]*engine.Pipeline, len(plan.Ports))
+	for i, vp := range plan.Ports {
+		returns[i] = engine.NewPipeline(engine.Parse{VNI: vp.VNI}, tr.Return(), nh)
+	}
+	return inbound, returns, nil
+}
+
+func indexOf(fs []*iface, f *iface) int {
+	for i := range fs {
+		if fs[i] == f {
+			return i
+		}
+	}
+	return -1
+}
+
+// steer replaces the steering rules of every interface with plan's (same
+// structure). Called with the agent's lock held.
+func (dp *dataPath) steer(plan *Plan) error {
+	var errs []error
+	if err := dp.uplink.prog.Sync(plan.Uplink); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", dp.uplink.name, err))
+	}
+	for i, f := range dp.vms {
+		if err := f.prog.Sync(plan.Ports[i].Steer); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// close detaches the programs (steered traffic goes to the kernel again),
+// closes the sockets and frees the programs. The workers must have
+// stopped.
+func (dp *dataPath) close() {
+	all := append([]*iface{dp.uplink}, dp.vms...)
+	for _, f := range all {
+		if f != nil && f.prog != nil {
+			_ = f.prog.Detach()
+		}
+	}
+	for _, p := range dp.ports {
+		_ = p.Close()
+	}
+	for _, f := range all {
+		if f != nil && f.prog != nil {
+			_ = f.prog.Close()
+		}
+	}
+}

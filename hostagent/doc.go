@@ -1,0 +1,62 @@
+// Package hostagent assembles the Host Agent role of an Ananta-style load
+// balancer from xdplb's packages: it reads the same desired-state document
+// as the Muxes (control) and keeps what concerns its host — the host's
+// physical address and VXLAN port, the VMs (DIPs) it hosts with their
+// ports, the VIP rules (flow.Rules) and the infrastructure prefixes — and
+// runs the two halves of Direct Server Return:
+//
+//	uplink RX  → VXLAN Decap (local DIP by VNI, inner MAC) → nat.Inbound (VIP→DIP) → TX VM port
+//	VM port RX → Parse (the port's VNI) → nat.Return (DIP→VIP) → NextHop (L3Dst)  → TX uplink
+//
+// Replies leave straight for the client's next hop: the Mux never sees
+// them.
+//
+// # Steering
+//
+// Only the data plane's traffic reaches the AF_XDP sockets; everything else
+// goes to the kernel (engine/steer, one program per interface):
+//
+//   - the uplink steers VXLAN to the host's address and VXLAN port; ARP,
+//     neighbour discovery, BGP, SSH and the host's own traffic pass;
+//   - each VM port steers what the VM sends from a DIP endpoint that serves
+//     a VIP (the backend's address and port: the translated replies),
+//     unless it is addressed to an infrastructure prefix — the document's
+//     infra_prefixes (health probers, Muxes), the host's own address and
+//     Config.Infra — so replies to health probes reach the kernel, which
+//     routes them. The VM's own traffic (outbound connections, DNS, ...)
+//     passes too.
+//
+// # Workers and sockets
+//
+// An AF_XDP socket binds to one queue of one interface and is driven by one
+// worker. Worker w owns the sockets of queue w on every interface, so a
+// packet's out port names the same interface in every worker; the number of
+// workers is therefore at most the smallest queue count of the uplink and
+// the VM ports (Config.Workers). Sockets of the queues above it are extra
+// receive-only inputs of worker queue % workers. Frames cross from the
+// uplink's UMEM to a VM port's by one copy (engine.Port's ownership rule).
+//
+// # Configuration changes
+//
+// Plan is the document seen from this host, computed without privileges.
+// A new version is applied whole or refused: the plan, the rules snapshot
+// and the indexes are built first. When it keeps the data path's structure
+// (same host address and VXLAN port, same VM ports and VNIs, same
+// infrastructure prefixes) the rules, endpoints, DIPs and steering rules
+// are swapped live; otherwise the running data path keeps the previous
+// version until the agent has stopped it and built a new one. The NAT table
+// survives rebuilds, so established connections keep their translation.
+//
+// # Limits
+//
+//   - A VM port is one interface per VM (the document enforces it), in
+//     one VNI.
+//   - ICMP errors a VM sends about a client's packet pass to the kernel
+//     (the steering program can match a DIP's ICMP only together with all
+//     its other traffic), so they leave untranslated; the NAT stages can
+//     translate them (nat.Return), the steering cannot yet single them out.
+//   - Backends' health is the Muxes' business: the agent translates what it
+//     receives.
+//
+// Agent is the whole node, as examples/hostagent runs it.
+package hostagent

@@ -1,0 +1,232 @@
+package hostagent
+
+import (
+	"log/slog"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdplb/xdplb/control"
+	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/engine/nexthop"
+	"github.com/xdplb/xdplb/nat"
+)
+
+// The pipelines an Agent assembles, run on in-memory ports with a fixed
+// next hop: the same stages and wiring as the AF_XDP data path, without
+// privileges.
+
+const pipeDoc = `version: 1
+infra_prefixes: [198.18.1.0/24]
+vips:
+  - name: web
+    address: 198.18.100.1
+    protocol: tcp
+    port: 80
+    vni: 100
+    backends:
+      - {name: a, address: 198.18.4.1, port: 8080, mac: "02:00:00:00:04:01", host: 198.18.3.2}
+      - {name: b, address: 198.18.4.2, port: 8080, mac: "02:00:00:00:04:02", host: 198.18.3.2}
+hosts:
+  - name: host-1
+    address: 198.18.3.2
+    vms:
+      - {vni: 100, address: 198.18.4.1, mac: "02:00:00:00:04:01", interface: vm_a}
+      - {vni: 100, address: 198.18.4.2, mac: "02:00:00:00:04:02", interface: vm_b}
+`
+
+var (
+	pipeClient  = netip.MustParseAddrPort("198.18.5.2:40000")
+	pipeVIP     = netip.MustParseAddrPort("198.18.100.1:80")
+	pipeMux     = netip.MustParseAddr("198.18.1.2")
+	pipeHost    = netip.MustParseAddr("198.18.3.2")
+	routerMAC   = net.HardwareAddr{2, 0, 0, 0, 0xfe, 1}
+	uplinkMAC   = net.HardwareAddr{2, 0, 0, 0, 0xfe, 2}
+	uplinkIndex = 7
+)
+
+// fixedHop resolves every destination to the router through the uplink.
+type fixedHop struct{}
+
+func (fixedHop) Lookup(netip.Addr) (nexthop.Hop, bool) {
+	return nexthop.Hop{IfIndex: uplinkIndex, SrcMAC: [6]byte(uplinkMAC), DstMAC: [6]byte(routerMAC)}, true
+}
+
+type pipeRig struct {
+	w     *engine.Worker
+	ports []*engine.MemPort // uplink, vm_a, vm_b
+	tr    *nat.Translator
+}
+
+func newPipeRig(t testing.TB, capture bool) *pipeRig {
+	doc, err := control.Parse([]byte(pipeDoc))
+	require.NoError(t, err)
+	a, err := New(Config{Uplink: "up", ConfigPath: "unused", Logger: slog.New(slog.DiscardHandler), NAT: nat.TableConfig{Capacity: 1 << 12}})
+	require.NoError(t, err)
+	a.cfg.Host = "host-1"
+	require.NoError(t, a.apply(doc))
+	a.mu.Lock()
+	a.publish()
+	plan, dips := a.plan, a.dips
+	a.mu.Unlock()
+
+	tr, err := nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra})
+	require.NoError(t, err)
+	tr.SetLocals(dips)
+	inbound, returns, err := a.pipelines(plan, tr, uplinkIndex, fixedHop{})
+	require.NoError(t, err)
+	r := &pipeRig{tr: tr}
+	cfg := engine.WorkerConfig{Inputs: []engine.Input{{Port: UplinkPort, Pipeline: inbound}}}
+	for i := 0; i < 1+len(plan.Ports); i++ {
+		p, err := engine.NewMemPort(engine.MemPortConfig{Capture: capture})
+		require.NoError(t, err)
+		r.ports = append(r.ports, p)
+		cfg.Ports = append(cfg.Ports, p)
+	}
+	for i, vp := range plan.Ports {
+		cfg.Inputs = append(cfg.Inputs, engine.Input{Port: int(vp.Index), Pipeline: returns[i]})
+	}
+	r.w, err = engine.NewWorker(cfg)
+	require.NoError(t, err)
+	return r
+}
+
+func serialize(t testing.TB, ls ...gopacket.SerializableLayer) []byte {
+	buf := gopacket.NewSerializeBuffer()
+	require.NoError(t, gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...))
+	return append([]byte(nil), buf.Bytes()...)
+}
+
+// tcpLayers are Ethernet/IPv4/TCP headers with a payload.
+func tcpLayers(dstMAC, srcMAC net.HardwareAddr, src, dst netip.AddrPort, syn, ack bool, payload string) []gopacket.SerializableLayer {
+	eth := &layers.Ethernet{SrcMAC: srcMAC, DstMAC: dstMAC, EthernetType: layers.EthernetTypeIPv4}
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: src.Addr().AsSlice(), DstIP: dst.Addr().AsSlice()}
+	tcp := &layers.TCP{SrcPort: layers.TCPPort(src.Port()), DstPort: layers.TCPPort(dst.Port()), SYN: syn, ACK: ack, Window: 1000, Seq: 1}
+	_ = tcp.SetNetworkLayerForChecksum(ip)
+	return []gopacket.SerializableLayer{eth, ip, tcp, gopacket.Payload(payload)}
+}
+
+// vxlanFrame is what a Mux sends: the client's frame to the VIP, inner
+// destination the backend's MAC, in VXLAN to the host.
+func vxlanFrame(t testing.TB, backendMAC net.HardwareAddr, payload string) []byte {
+	inner := serialize(t, tcpLayers(backendMAC, net.HardwareAddr{2, 0, 0, 0, 0xee, 1}, pipeClient, pipeVIP, true, false, payload)...)
+	eth := &layers.Ethernet{SrcMAC: routerMAC, DstMAC: uplinkMAC, EthernetType: layers.EthernetTypeIPv4}
+	ip := &layers.IPv4{Version: 4, TTL: 64, Flags: layers.IPv4DontFragment, Protocol: layers.IPProtocolUDP,
+		SrcIP: pipeMux.AsSlice(), DstIP: pipeHost.AsSlice()}
+	udp := &layers.UDP{SrcPort: 50000, DstPort: 4789}
+	_ = udp.SetNetworkLayerForChecksum(ip)
+	vx := &layers.VXLAN{ValidIDFlag: true, VNI: 100}
+	return serialize(t, eth, ip, udp, vx, gopacket.Payload(inner))
+}
+
+// decodeTCP decodes a frame with gopacket and checks its checksums.
+func decodeTCP(t testing.TB, f []byte) (eth *layers.Ethernet, src, dst netip.AddrPort, tcp *layers.TCP) {
+	t.Helper()
+	pkt := gopacket.NewPacket(f, layers.LayerTypeEthernet, gopacket.Default)
+	require.Nil(t, pkt.ErrorLayer())
+	eth = pkt.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
+	ip := pkt.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+	tcp = pkt.Layer(layers.LayerTypeTCP).(*layers.TCP)
+	// Recompute the checksums over the decoded layers: they must agree.
+	want := serialize(t, tcpLayers(eth.DstMAC, eth.SrcMAC,
+		netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip.SrcIP.To4())), uint16(tcp.SrcPort)),
+		netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip.DstIP.To4())), uint16(tcp.DstPort)), tcp.SYN, tcp.ACK, string(tcp.Payload))...)
+	wpkt := gopacket.NewPacket(want, layers.LayerTypeEthernet, gopacket.Default)
+	assert.Equal(t, wpkt.Layer(layers.LayerTypeIPv4).(*layers.IPv4).Checksum, ip.Checksum, "IPv4 checksum")
+	assert.Equal(t, wpkt.Layer(layers.LayerTypeTCP).(*layers.TCP).Checksum, tcp.Checksum, "TCP checksum")
+	src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip.SrcIP.To4())), uint16(tcp.SrcPort))
+	dst = netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip.DstIP.To4())), uint16(tcp.DstPort))
+	return eth, src, dst, tcp
+}
+
+func TestPipelinesDSRRoundTrip(t *testing.T) {
+	tests := []struct {
+		name string
+		mac  net.HardwareAddr
+		dip  netip.AddrPort
+		port int // worker port of the VM
+	}{
+		{"vm_a", net.HardwareAddr{2, 0, 0, 0, 4, 1}, netip.MustParseAddrPort("198.18.4.1:8080"), 1},
+		{"vm_b", net.HardwareAddr{2, 0, 0, 0, 4, 2}, netip.MustParseAddrPort("198.18.4.2:8080"), 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newPipeRig(t, true)
+			// Inbound: VXLAN on the uplink → the VM's port, VIP → DIP.
+			r.ports[UplinkPort].Inject(vxlanFrame(t, tc.mac, "GET /"))
+			r.w.Poll()
+			for i, p := range r.ports {
+				if i != tc.port {
+					require.Empty(t, p.Transmitted(), "port %d", i)
+				}
+			}
+			out := r.ports[tc.port].Transmitted()
+			require.Len(t, out, 1)
+			eth, src, dst, tcp := decodeTCP(t, out[0])
+			assert.Equal(t, tc.mac.String(), eth.DstMAC.String())
+			assert.Equal(t, pipeClient, src)
+			assert.Equal(t, tc.dip, dst)
+			assert.Equal(t, "GET /", string(tcp.Payload))
+
+			// Return: the VM's SYN-ACK → the uplink, DIP → VIP, to the
+			// router's MAC.
+			r.ports[tc.port].Inject(serialize(t, tcpLayers(uplinkMAC, tc.mac, tc.dip, pipeClient, true, true, "")...))
+			r.w.Poll()
+			back := r.ports[UplinkPort].Transmitted()
+			require.Len(t, back, 1)
+			eth, src, dst, _ = decodeTCP(t, back[0])
+			assert.Equal(t, routerMAC.String(), eth.DstMAC.String())
+			assert.Equal(t, uplinkMAC.String(), eth.SrcMAC.String())
+			assert.Equal(t, pipeVIP, src)
+			assert.Equal(t, pipeClient, dst)
+			st := r.tr.Stats()
+			assert.EqualValues(t, 1, st.Inbound)
+			assert.EqualValues(t, 1, st.Return)
+		})
+	}
+}
+
+func TestPipelinesDrops(t *testing.T) {
+	r := newPipeRig(t, true)
+	// VXLAN for a MAC no VM has, and a VM reply to an infrastructure
+	// address (a probe answer the steering would have passed).
+	r.ports[UplinkPort].Inject(vxlanFrame(t, net.HardwareAddr{2, 0, 0, 0, 9, 9}, "x"))
+	r.ports[1].Inject(serialize(t, tcpLayers(uplinkMAC, net.HardwareAddr{2, 0, 0, 0, 4, 1},
+		netip.MustParseAddrPort("198.18.4.1:8080"), netip.MustParseAddrPort("198.18.1.2:5000"), true, true, "")...))
+	r.w.Poll()
+	for _, p := range r.ports {
+		require.Empty(t, p.Transmitted())
+	}
+	var s engine.Stats
+	r.w.Counters().Snapshot(&s)
+	assert.Equal(t, map[string]uint64{"unknown_local": 1, "nat_infra": 1}, s.DropsByName())
+}
+
+func TestPipelinesNoAllocs(t *testing.T) {
+	r := newPipeRig(t, false)
+	in := vxlanFrame(t, net.HardwareAddr{2, 0, 0, 0, 4, 1}, "GET /")
+	reply := serialize(t, tcpLayers(uplinkMAC, net.HardwareAddr{2, 0, 0, 0, 4, 1},
+		netip.MustParseAddrPort("198.18.4.1:8080"), pipeClient, false, true, "200 OK")...)
+	batch := func(f []byte) [][]byte {
+		fs := make([][]byte, engine.MaxBatch)
+		for i := range fs {
+			fs[i] = f
+		}
+		return fs
+	}
+	r.ports[UplinkPort].Replay(batch(in))
+	r.ports[1].Replay(batch(reply))
+	r.w.Poll() // warm up: state, caches
+	allocs := testing.AllocsPerRun(100, func() { r.w.Poll() })
+	assert.Zero(t, allocs, "allocations per Poll (a batch in each direction)")
+	var s engine.Stats
+	r.w.Counters().Snapshot(&s)
+	assert.Zero(t, s.Dropped(), "drops: %v", s.DropsByName())
+	assert.Positive(t, s.TX)
+	assert.Equal(t, s.RX, s.TX)
+}

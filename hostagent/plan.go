@@ -1,0 +1,211 @@
+package hostagent
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/xdplb/xdplb/control"
+	"github.com/xdplb/xdplb/encap"
+	"github.com/xdplb/xdplb/engine/steer"
+	"github.com/xdplb/xdplb/header"
+	"github.com/xdplb/xdplb/nat"
+)
+
+// UplinkPort is the worker port index of the uplink; VM ports follow it in
+// Plan.Ports order (VMPort.Index).
+const UplinkPort = 0
+
+// Plan is one document seen from one host: what that host's Host Agent
+// runs. It is a plain value computed without privileges by NewPlan, so
+// what an agent would do with a document can be printed and tested.
+//
+// Its parts fall in two groups. The structure — the host's address and
+// VXLAN port, the VM ports with their VNIs, the infrastructure prefixes —
+// shapes the data path (sockets, workers, pipelines, the NAT stages'
+// infrastructure filter); a document that changes it makes the agent
+// rebuild its data path. The contents — endpoints, DIPs, steering rules and
+// the VIP rules (flow.Rules, kept by the agent) — are swapped live.
+type Plan struct {
+	// Version is the document's version.
+	Version uint64
+	// Host is this host's entry of Document.Hosts (VMs included).
+	Host control.Host
+	// Ports are the host's VM ports, one per distinct VMs[].Interface,
+	// sorted by interface name.
+	Ports []VMPort
+	// Endpoints are the VMs for the Decap stage: (VNI, MAC) → VM port.
+	Endpoints []encap.Local
+	// DIPs are the VMs' addresses for the NAT stages.
+	DIPs []nat.Local
+	// Infra are the prefixes whose traffic is never translated: the
+	// document's infra_prefixes, the host's own address and
+	// Config.Infra. Replies from a DIP to them go to the kernel.
+	Infra []netip.Prefix
+	// Uplink is the uplink steering program's configuration: VXLAN to the
+	// host's address and VXLAN port.
+	Uplink steer.Config
+}
+
+// VMPort is one VM port of the host: a Linux interface that VMs (DIPs)
+// of one tenant network sit behind.
+type VMPort struct {
+	// Interface is the port's interface name on the host.
+	Interface string
+	// VNI is the tenant network of every VM on the port: frames the port
+	// receives are parsed with it (flow.Key.VNI).
+	VNI uint32
+	// Index is the port's index in every worker's port list.
+	Index uint16
+	// Steer is the port's steering program configuration: the DIP
+	// endpoints (address, DIP port) that serve a VIP, whose replies the
+	// Return stage translates, vetoed by the infrastructure prefixes.
+	Steer steer.Config
+}
+
+// ErrHostNotFound is returned (wrapped) by NewPlan when the document does
+// not list the host.
+var ErrHostNotFound = errors.New("hostagent: host not in the document")
+
+// NewPlan returns the plan of the host named host — a Document.Hosts
+// name or address — for doc; extraInfra are prefixes added to the
+// document's infrastructure prefixes. It refuses a document that does not
+// list the host, that puts VMs of two VNIs on one interface, or whose VMs
+// the data path cannot index (encap.NewLocals, nat.NewLocals).
+func NewPlan(doc *control.Document, host string, extraInfra []netip.Prefix) (*Plan, error) {
+	h, ok := doc.Host(host)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q (version %d lists %d hosts)", ErrHostNotFound, host, doc.Version, len(doc.Hosts))
+	}
+	p := &Plan{Version: doc.Version, Host: *h}
+	p.Host.VMs = slices.Clone(h.VMs)
+
+	// VM ports, sorted by name, one VNI each.
+	byName := map[string]int{}
+	for _, vm := range h.VMs {
+		if _, ok := byName[vm.Interface]; !ok {
+			byName[vm.Interface] = 0
+			p.Ports = append(p.Ports, VMPort{Interface: vm.Interface, VNI: vm.VNI})
+		}
+	}
+	slices.SortFunc(p.Ports, func(a, b VMPort) int {
+		switch {
+		case a.Interface < b.Interface:
+			return -1
+		case a.Interface > b.Interface:
+			return 1
+		}
+		return 0
+	})
+	if len(p.Ports) > 1<<16-2 {
+		return nil, fmt.Errorf("hostagent: host %q has %d VM ports, more than a worker can hold", h.Name, len(p.Ports))
+	}
+	for i := range p.Ports {
+		p.Ports[i].Index = uint16(UplinkPort + 1 + i)
+		byName[p.Ports[i].Interface] = i
+	}
+	for _, vm := range h.VMs {
+		vp := &p.Ports[byName[vm.Interface]]
+		if vm.VNI != vp.VNI {
+			return nil, fmt.Errorf("hostagent: host %q: interface %s has VMs in VNI %d and VNI %d; "+
+				"a VM port belongs to one tenant network", h.Name, vm.Interface, vp.VNI, vm.VNI)
+		}
+		p.Endpoints = append(p.Endpoints, encap.Local{VNI: vm.VNI, MAC: header.MAC(vm.MAC),
+			Addr: vm.Address, OutPort: vp.Index, Name: vm.Interface + "/" + vm.Address.String()})
+		p.DIPs = append(p.DIPs, nat.Local{VNI: vm.VNI, Addr: vm.Address})
+	}
+	if _, err := encap.NewLocals(p.Endpoints); err != nil {
+		return nil, fmt.Errorf("hostagent: host %q: %w", h.Name, err)
+	}
+	if _, err := nat.NewLocals(p.DIPs); err != nil {
+		return nil, fmt.Errorf("hostagent: host %q: %w", h.Name, err)
+	}
+
+	// Infrastructure: the document's, the host itself, the caller's.
+	infra := slices.Clone(doc.InfraPrefixes)
+	infra = append(infra, netip.PrefixFrom(h.Address, h.Address.BitLen()))
+	for _, pf := range extraInfra {
+		if !pf.IsValid() {
+			return nil, fmt.Errorf("hostagent: invalid infrastructure prefix %v", pf)
+		}
+		infra = append(infra, pf.Masked())
+	}
+	slices.SortFunc(infra, comparePrefix)
+	p.Infra = slices.Compact(infra)
+
+	// Steering: which DIP endpoints serve a VIP. A backend port of 0
+	// keeps the VIP port; an all-ports VIP with such a backend serves
+	// every port of the DIP (port 0 in the rule).
+	type vniAddr struct {
+		vni  uint32
+		addr netip.Addr
+	}
+	portOf := map[vniAddr]int{}
+	for _, vm := range h.VMs {
+		portOf[vniAddr{vm.VNI, vm.Address}] = byName[vm.Interface]
+	}
+	for i := range doc.VIPs {
+		v := &doc.VIPs[i]
+		for j := range v.Backends {
+			b := &v.Backends[j]
+			k, ok := portOf[vniAddr{v.VNI, b.Address}]
+			if !ok {
+				continue
+			}
+			port := b.Port
+			if port == 0 {
+				port = v.Port
+			}
+			vp := &p.Ports[k]
+			vp.Steer.Src = append(vp.Steer.Src, steer.SrcRule{Addr: b.Address, Port: port})
+		}
+	}
+	for i := range p.Ports {
+		vp := &p.Ports[i]
+		vp.Steer.Infra = p.Infra
+		if err := vp.Steer.Validate(); err != nil {
+			return nil, fmt.Errorf("hostagent: host %q: interface %s: %w", h.Name, vp.Interface, err)
+		}
+		vp.Steer = vp.Steer.Normalize()
+	}
+	p.Uplink = steer.Config{VXLAN: []steer.VXLANRule{{Local: h.Address, Port: h.VXLANPort}}}
+	if err := p.Uplink.Validate(); err != nil {
+		return nil, fmt.Errorf("hostagent: host %q: %w", h.Name, err)
+	}
+	p.Uplink = p.Uplink.Normalize()
+	return p, nil
+}
+
+func comparePrefix(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
+}
+
+// SameStructure reports whether q can run on the data path built for p:
+// the same host address and VXLAN port, the same VM ports with the same
+// VNIs, the same infrastructure prefixes. Otherwise the data path must be
+// rebuilt.
+func (p *Plan) SameStructure(q *Plan) bool {
+	if p == nil || q == nil {
+		return false
+	}
+	if p.Host.Address != q.Host.Address || p.Host.VXLANPort != q.Host.VXLANPort || !slices.Equal(p.Infra, q.Infra) {
+		return false
+	}
+	return slices.EqualFunc(p.Ports, q.Ports, func(a, b VMPort) bool {
+		return a.Interface == b.Interface && a.VNI == b.VNI && a.Index == b.Index
+	})
+}
+
+// Port returns the VM port named ifname.
+func (p *Plan) Port(ifname string) (*VMPort, bool) {
+	for i := range p.Ports {
+		if p.Ports[i].Interface == ifname {
+			return &p.Ports[i], true
+		}
+	}
+	return nil, false
+}
