@@ -33,6 +33,28 @@ func (r Ring) String() string {
 	return fmt.Sprintf("Ring(%d)", uint8(r))
 }
 
+// MarshalText implements encoding.TextMarshaler ("own", "asavie"), so a
+// Ring can be a flag (flag.TextVar) or a configuration value.
+func (r Ring) MarshalText() ([]byte, error) {
+	if r > RingAsavie {
+		return nil, fmt.Errorf("afxdp: unknown ring implementation %d", uint8(r))
+	}
+	return []byte(r.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (r *Ring) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "own", "":
+		*r = RingOwn
+	case "asavie":
+		*r = RingAsavie
+	default:
+		return fmt.Errorf("afxdp: ring %q: want own or asavie", b)
+	}
+	return nil
+}
+
 // BindMode chooses between copy and zero-copy mode when the socket is bound.
 type BindMode uint8
 
@@ -58,6 +80,30 @@ func (m BindMode) String() string {
 		return "zerocopy"
 	}
 	return fmt.Sprintf("BindMode(%d)", uint8(m))
+}
+
+// MarshalText implements encoding.TextMarshaler ("auto", "copy",
+// "zerocopy").
+func (m BindMode) MarshalText() ([]byte, error) {
+	if m > BindZeroCopy {
+		return nil, fmt.Errorf("afxdp: unknown bind mode %d", uint8(m))
+	}
+	return []byte(m.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (m *BindMode) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "auto", "":
+		*m = BindAuto
+	case "copy":
+		*m = BindCopy
+	case "zerocopy", "zero-copy":
+		*m = BindZeroCopy
+	default:
+		return fmt.Errorf("afxdp: bind mode %q: want auto, copy or zerocopy", b)
+	}
+	return nil
 }
 
 // Defaults applied by Config.WithDefaults.

@@ -90,6 +90,31 @@ func (m AttachMode) String() string {
 	return fmt.Sprintf("AttachMode(%d)", m)
 }
 
+// MarshalText implements encoding.TextMarshaler ("auto", "driver",
+// "generic"), so an AttachMode can be a flag (flag.TextVar) or a
+// configuration value.
+func (m AttachMode) MarshalText() ([]byte, error) {
+	if m > AttachGeneric {
+		return nil, fmt.Errorf("steer: unknown attach mode %d", uint8(m))
+	}
+	return []byte(m.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (m *AttachMode) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "auto", "":
+		*m = AttachAuto
+	case "driver", "native":
+		*m = AttachDriver
+	case "generic", "skb":
+		*m = AttachGeneric
+	default:
+		return fmt.Errorf("steer: attach mode %q: want auto, driver or generic", b)
+	}
+	return nil
+}
+
 func (m AttachMode) flags() (link.XDPAttachFlags, error) {
 	switch m {
 	case AttachAuto:

@@ -45,14 +45,16 @@ func main() {
 		workers  = flag.Int("workers", 0, "workers (0: the fewest queues of the uplink and the VM ports)")
 		metrics  = flag.String("metrics", "", "address for the Prometheus /metrics endpoint, e.g. :9101 (empty: none)")
 		logLevel = flag.String("log-level", "info", "debug, info, warn or error")
-		xdpMode  = flag.String("xdp-mode", "auto", "XDP attach mode: auto, driver or generic")
-		ring     = flag.String("ring", "own", "AF_XDP ring implementation: own or asavie")
+		xdpMode  steer.AttachMode
+		ring     afxdp.Ring
 		conns    = flag.Int("conns", hostagent.DefaultNATCapacity, "NAT table capacity (IPv4 connections)")
 		spins    = flag.Int("spin", 0, "empty polls before an idle worker sleeps")
 		infra    = flag.String("infra", "", "extra infrastructure prefixes, comma-separated (never NATed)")
 		tunnels  = flag.String("tunnel-sources", "", "prefixes VXLAN may come from (the Muxes), comma-separated (empty: any)")
 		check    = flag.Bool("check", false, "validate the document, print this host's plan, and exit")
 	)
+	flag.TextVar(&xdpMode, "xdp-mode", steer.AttachAuto, "XDP attach mode: auto, driver or generic")
+	flag.TextVar(&ring, "ring", afxdp.RingOwn, "AF_XDP ring implementation: own or asavie")
 	flag.Parse()
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -91,17 +93,7 @@ func main() {
 	if cfg.TunnelSources, err = prefixes(*tunnels); err != nil {
 		fail(2, "-tunnel-sources: %v", err)
 	}
-	if cfg.XDPMode, err = parseXDPMode(*xdpMode); err != nil {
-		fail(2, "%v", err)
-	}
-	switch *ring {
-	case "own":
-		cfg.Port.Ring = afxdp.RingOwn
-	case "asavie":
-		cfg.Port.Ring = afxdp.RingAsavie
-	default:
-		fail(2, "-ring %q: want own or asavie", *ring)
-	}
+	cfg.XDPMode, cfg.Port.Ring = xdpMode, ring
 	if err := run(cfg, *metrics, log); err != nil {
 		log.Error("hostagent failed", "err", err)
 		os.Exit(1)
@@ -159,18 +151,6 @@ func prefixes(s string) ([]netip.Prefix, error) {
 		ps = append(ps, p)
 	}
 	return ps, nil
-}
-
-func parseXDPMode(s string) (steer.AttachMode, error) {
-	switch s {
-	case "auto":
-		return steer.AttachAuto, nil
-	case "driver":
-		return steer.AttachDriver, nil
-	case "generic":
-		return steer.AttachGeneric, nil
-	}
-	return 0, fmt.Errorf("-xdp-mode %q: want auto, driver or generic", s)
 }
 
 func printPlan(p *hostagent.Plan) {

@@ -34,9 +34,9 @@ type options struct {
 	in, out  string
 	dstMAC   string
 	queues   int
-	ring     string
-	bind     string
-	xdpMode  string
+	ring     afxdp.Ring
+	bind     afxdp.BindMode
+	xdpMode  steer.AttachMode
 	frames   int
 	spins    int
 	stats    time.Duration
@@ -49,9 +49,9 @@ func main() {
 	flag.StringVar(&o.out, "out", "", "interface to send on (default: the in interface, reflecting)")
 	flag.StringVar(&o.dstMAC, "dst-mac", "", "destination MAC written into forwarded frames (default: keep it)")
 	flag.IntVar(&o.queues, "queues", 0, "RX queues to serve (default: all of the in interface)")
-	flag.StringVar(&o.ring, "ring", "own", "ring implementation: own or asavie")
-	flag.StringVar(&o.bind, "bind", "auto", "AF_XDP bind mode: auto, copy or zerocopy")
-	flag.StringVar(&o.xdpMode, "xdp-mode", "auto", "XDP attach mode: auto, driver or generic")
+	flag.TextVar(&o.ring, "ring", afxdp.RingOwn, "ring implementation: own or asavie")
+	flag.TextVar(&o.bind, "bind", afxdp.BindAuto, "AF_XDP bind mode: auto, copy or zerocopy")
+	flag.TextVar(&o.xdpMode, "xdp-mode", steer.AttachAuto, "XDP attach mode: auto, driver or generic")
 	flag.IntVar(&o.frames, "frames", 4096, "UMEM frames per queue")
 	flag.IntVar(&o.spins, "spin", 0, "empty polls before an idle worker sleeps in poll(2) (0: sleep at once; higher trades CPU for latency)")
 	flag.DurationVar(&o.stats, "stats", time.Second, "interval between rate lines on stderr (0: none)")
@@ -79,18 +79,7 @@ func run(o options, log *slog.Logger) error {
 		}
 		copy(dst[:], hw)
 	}
-	ring, err := parseRing(o.ring)
-	if err != nil {
-		return err
-	}
-	bind, err := parseBind(o.bind)
-	if err != nil {
-		return err
-	}
-	mode, err := parseXDPMode(o.xdpMode)
-	if err != nil {
-		return err
-	}
+	ring, bind, mode := o.ring, o.bind, o.xdpMode
 	inIf, err := net.InterfaceByName(o.in)
 	if err != nil {
 		return fmt.Errorf("-in: %w", err)
@@ -223,38 +212,4 @@ func forward(src, dst header.MAC, setDst bool, out uint16) engine.Stage {
 			p.OutPort = out
 		}
 	})
-}
-
-func parseRing(s string) (afxdp.Ring, error) {
-	switch s {
-	case "own":
-		return afxdp.RingOwn, nil
-	case "asavie":
-		return afxdp.RingAsavie, nil
-	}
-	return 0, fmt.Errorf("-ring %q: want own or asavie", s)
-}
-
-func parseBind(s string) (afxdp.BindMode, error) {
-	switch s {
-	case "auto":
-		return afxdp.BindAuto, nil
-	case "copy":
-		return afxdp.BindCopy, nil
-	case "zerocopy":
-		return afxdp.BindZeroCopy, nil
-	}
-	return 0, fmt.Errorf("-bind %q: want auto, copy or zerocopy", s)
-}
-
-func parseXDPMode(s string) (steer.AttachMode, error) {
-	switch s {
-	case "auto":
-		return steer.AttachAuto, nil
-	case "driver":
-		return steer.AttachDriver, nil
-	case "generic":
-		return steer.AttachGeneric, nil
-	}
-	return 0, fmt.Errorf("-xdp-mode %q: want auto, driver or generic", s)
 }

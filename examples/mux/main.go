@@ -41,13 +41,15 @@ func main() {
 		queues    = flag.Int("queues", 0, "RX queues to serve (0: all)")
 		metrics   = flag.String("metrics", "", "address for the Prometheus /metrics endpoint, e.g. :9100 (empty: none)")
 		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
-		xdpMode   = flag.String("xdp-mode", "auto", "XDP attach mode: auto, driver or generic")
-		ring      = flag.String("ring", "own", "AF_XDP ring implementation: own or asavie")
+		xdpMode   steer.AttachMode
+		ring      afxdp.Ring
 		conns     = flag.Int("conns", 1<<20, "connection table capacity (flows)")
 		spins     = flag.Int("spin", 0, "empty polls before an idle worker sleeps")
 		check     = flag.Bool("check", false, "validate the document, print it with defaults filled in, and exit")
 		probeFrom = flag.String("probe-source", "", "source address of health probes (default: the kernel's choice)")
 	)
+	flag.TextVar(&xdpMode, "xdp-mode", steer.AttachAuto, "XDP attach mode: auto, driver or generic")
+	flag.TextVar(&ring, "ring", afxdp.RingOwn, "AF_XDP ring implementation: own or asavie")
 	flag.Parse()
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -72,20 +74,7 @@ func main() {
 	}
 	cfg := mux.Config{Interface: *iface, ConfigPath: *config, Queues: *queues, Logger: log, IdleSpins: *spins}
 	cfg.Conns.Capacity = *conns
-	var err error
-	if cfg.XDPMode, err = parseXDPMode(*xdpMode); err != nil {
-		fmt.Fprintln(os.Stderr, "mux:", err)
-		os.Exit(2)
-	}
-	switch *ring {
-	case "own":
-		cfg.Port.Ring = afxdp.RingOwn
-	case "asavie":
-		cfg.Port.Ring = afxdp.RingAsavie
-	default:
-		fmt.Fprintf(os.Stderr, "mux: -ring %q: want own or asavie\n", *ring)
-		os.Exit(2)
-	}
+	cfg.XDPMode, cfg.Port.Ring = xdpMode, ring
 	if *probeFrom != "" {
 		a, err := netip.ParseAddr(*probeFrom)
 		if err != nil {
@@ -131,16 +120,4 @@ func run(cfg mux.Config, metricsAddr string, log *slog.Logger) error {
 	s := m.Stats()
 	log.Info("mux: stopped", "rx", s.RX, "tx", s.TX, "drops", s.DropsByName())
 	return err
-}
-
-func parseXDPMode(s string) (steer.AttachMode, error) {
-	switch s {
-	case "auto":
-		return steer.AttachAuto, nil
-	case "driver":
-		return steer.AttachDriver, nil
-	case "generic":
-		return steer.AttachGeneric, nil
-	}
-	return 0, fmt.Errorf("-xdp-mode %q: want auto, driver or generic", s)
 }
