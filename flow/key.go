@@ -41,16 +41,18 @@ const (
 // SetIPv4 fills k with an IPv4 flow. src and dst must be 4 bytes long.
 // It is the allocation-free constructor the data path uses.
 func (k *Key) SetIPv4(vni uint32, proto uint8, src, dst []byte, sport, dport uint16) {
-	*k = Key{VNI: vni, Proto: proto, Family: FamilyIPv4, SrcPort: sport, DstPort: dport}
+	// Field by field rather than *k = Key{...}: see SetBuffer in engine.
+	k.Src, k.Dst = [16]byte{}, [16]byte{}
 	copy(k.Src[:4], src[:4])
 	copy(k.Dst[:4], dst[:4])
+	k.VNI, k.Proto, k.Family, k.SrcPort, k.DstPort = vni, proto, FamilyIPv4, sport, dport
 }
 
 // SetIPv6 fills k with an IPv6 flow. src and dst must be 16 bytes long.
 func (k *Key) SetIPv6(vni uint32, proto uint8, src, dst []byte, sport, dport uint16) {
-	*k = Key{VNI: vni, Proto: proto, Family: FamilyIPv6, SrcPort: sport, DstPort: dport}
 	copy(k.Src[:], src[:16])
 	copy(k.Dst[:], dst[:16])
+	k.VNI, k.Proto, k.Family, k.SrcPort, k.DstPort = vni, proto, FamilyIPv6, sport, dport
 }
 
 // KeyFrom builds a Key from netip values; it is meant for configuration,
