@@ -31,6 +31,9 @@ func TestPeersAgree(t *testing.T) {
 				var k flow.Key
 				require.True(t, g.parse(fr, 0, &k), "gopacket, frame %d", i)
 				require.Equal(t, want, k, "gopacket, frame %d", i)
+				var v flow.Key
+				require.True(t, viewsParse(fr, 0, &v), "views, frame %d", i)
+				require.Equal(t, want, v, "views, frame %d", i)
 			}
 			for k, n := range kinds {
 				assert.NotZero(t, n, "no %v frame in the set", frameKind(k))

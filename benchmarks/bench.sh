@@ -9,12 +9,17 @@
 #   ./bench.sh parse pipeline      # some groups
 #   ROUNDS=10 OUT=/tmp/b ./bench.sh conntable
 #
-# Groups: parse, maglev-build, maglev-lookup, conntable, pipeline.
+# Groups: parse, maglev-build, maglev-lookup, conntable (2 goroutines),
+# conntable-1core, pipeline.
 # Results go to $OUT/<group>.txt (default /tmp/xdplb-bench).
+#
+# PIN=N pins the single-core groups to CPU N with taskset (default: no
+# pinning).
 set -euo pipefail
 cd "$(dirname "$0")"
 
 rounds=${ROUNDS:-6}
+pin=${PIN:-}
 out=${OUT:-/tmp/xdplb-bench}
 mkdir -p "$out"
 go test -c -o "$out/bench.test" .
@@ -24,10 +29,11 @@ declare -A groups=(
 	[parse]="1 ^BenchmarkParse$"
 	[maglev-build]="1 ^BenchmarkMaglevBuild$"
 	[maglev-lookup]="1 ^BenchmarkMaglevLookup$"
-	[conntable]="1,2 ^BenchmarkConnTable$"
+	[conntable]="2 ^BenchmarkConnTable$"
+	[conntable-1core]="1 ^BenchmarkConnTable$"
 	[pipeline]="1 ^BenchmarkPipeline$"
 )
-order=(parse maglev-build maglev-lookup conntable pipeline)
+order=(parse maglev-build maglev-lookup conntable conntable-1core pipeline)
 [ $# -gt 0 ] && order=("$@")
 
 for g in "${order[@]}"; do
@@ -35,7 +41,11 @@ for g in "${order[@]}"; do
 	: >"$out/$g.txt"
 	for i in $(seq "$rounds"); do
 		echo "== $g round $i/$rounds ($(uptime | sed 's/.*load/load/'))" >&2
-		"$out/bench.test" -test.run '^$' -test.bench "$pattern" -test.cpu "$cpu" \
+		run=()
+		if [ "$cpu" = 1 ] && [ -n "$pin" ] && command -v taskset >/dev/null; then
+			run=(taskset -c "$pin")
+		fi
+		"${run[@]}" "$out/bench.test" -test.run '^$' -test.bench "$pattern" -test.cpu "$cpu" \
 			-test.benchmem -test.count 1 -test.timeout 60m | tee -a "$out/$g.txt"
 	done
 	go run golang.org/x/perf/cmd/benchstat@latest -col /impl "$out/$g.txt" >"$out/$g.stat" || true

@@ -237,8 +237,8 @@ func BenchmarkConnTable(b *testing.B) {
 				})
 				b.StopTimer()
 				// Every flow is present: only our table may miss, and only
-				// a lookup that gave up on a bucket whose writer was
-				// descheduled mid-write (Stats.Contended).
+				// a lookup that gave up after its bounded spin on a bucket
+				// a writer held (Stats.Contended).
 				if ct, ok := t.(ourConns); ok {
 					contended = ct.t.Stats().Contended - contended
 				}
