@@ -1,13 +1,11 @@
 package mux
 
 import (
-	"strconv"
-
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/health"
+	"github.com/xdplb/xdplb/internal/nodemetrics"
 )
 
 // Collector returns a Prometheus collector of the Mux's state. Everything
@@ -21,26 +19,20 @@ func (m *Mux) Collector() prometheus.Collector { return muxCollector{m} }
 type muxCollector struct{ m *Mux }
 
 var (
-	descPackets   = prometheus.NewDesc("xdplb_packets_total", "Packets received (rx) and transmitted (tx) by the data path.", []string{"direction"}, nil)
-	descDrops     = prometheus.NewDesc("xdplb_drops_total", "Packets dropped by the data path, by reason.", []string{"reason"}, nil)
 	descConns     = prometheus.NewDesc("xdplb_conntable_entries", "Flows in the connection table.", nil, nil)
 	descConnCap   = prometheus.NewDesc("xdplb_conntable_capacity", "Slots of the connection table.", nil, nil)
 	descConnEv    = prometheus.NewDesc("xdplb_conntable_events_total", "Connection table events.", []string{"event"}, nil)
-	descVersion   = prometheus.NewDesc("xdplb_config_version", "Version of the running desired-state document.", nil, nil)
-	descSync      = prometheus.NewDesc("xdplb_config_sync_delay_seconds", "Time from the running document's 'written' stamp to its application.", nil, nil)
-	descRejected  = prometheus.NewDesc("xdplb_config_rejected_total", "Documents refused (invalid, stale, or failed to apply).", nil, nil)
 	descSkew      = prometheus.NewDesc("xdplb_maglev_skew", "Maglev table skew per VIP: the largest backend's slot share over the mean share of active backends.", []string{"vip"}, nil)
 	descBackends  = prometheus.NewDesc("xdplb_backend_up", "1 when a backend takes new flows (active, weight > 0, healthy).", []string{"vip", "backend"}, nil)
 	descProbes    = prometheus.NewDesc("xdplb_probes_total", "Health probes sent, and failed.", []string{"vip_backend", "result"}, nil)
 	descProbeUp   = prometheus.NewDesc("xdplb_probe_state", "Health state per target (0 unknown, 1 up, 2 down).", []string{"vip_backend"}, nil)
-	descSteer     = prometheus.NewDesc("xdplb_steer_packets_total", "Packets seen by the XDP steering program, by outcome.", []string{"outcome"}, nil)
-	descXSK       = prometheus.NewDesc("xdplb_xsk_kernel_total", "AF_XDP socket statistics from the kernel, per queue.", []string{"queue", "counter"}, nil)
 	descAnnounced = prometheus.NewDesc("xdplb_vips_announced", "VIP prefixes the Mux asks BGP to announce.", nil, nil)
 )
 
 func (c muxCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descDrops, descConns, descConnCap, descConnEv, descVersion,
-		descSync, descRejected, descSkew, descBackends, descProbes, descProbeUp, descSteer, descXSK, descAnnounced} {
+	nodemetrics.Describe(ch)
+	for _, d := range []*prometheus.Desc{descConns, descConnCap, descConnEv, descSkew, descBackends, descProbes,
+		descProbeUp, descAnnounced} {
 		ch <- d
 	}
 }
@@ -54,15 +46,7 @@ func (c muxCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 
-	s := m.Stats()
-	counter(descPackets, s.RX, "rx")
-	counter(descPackets, s.TX, "tx")
-	names := engine.DropReasons()
-	for i, v := range s.Drops {
-		if i > 0 && i < len(names) {
-			counter(descDrops, v, names[i])
-		}
-	}
+	nodemetrics.Engine(ch, m.Stats())
 
 	cs := m.conns.Stats()
 	gauge(descConns, float64(cs.Entries))
@@ -74,12 +58,7 @@ func (c muxCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descConnEv, cs.Expired, "expired")
 	counter(descConnEv, cs.Busy, "busy")
 
-	st := m.watcher.Status()
-	gauge(descVersion, float64(st.Version))
-	if d := st.SyncDelay(); d > 0 {
-		gauge(descSync, d.Seconds())
-	}
-	counter(descRejected, st.Rejected)
+	nodemetrics.Config(ch, m.watcher.Status())
 
 	for _, r := range m.rules.Load().Rules() {
 		if mg := r.Maglev(); mg != nil {
@@ -117,25 +96,10 @@ func (c muxCollector) Collect(ch chan<- prometheus.Metric) {
 	prog, ports := m.prog, m.ports
 	m.mu.Unlock()
 	if prog != nil {
-		if ss, err := prog.Stats(); err == nil {
-			counter(descSteer, ss.Redirected, "redirected")
-			counter(descSteer, ss.NoSocket, "no_socket")
-			counter(descSteer, ss.NoMatch, "passed")
-			counter(descSteer, ss.NotIP, "not_ip")
-			counter(descSteer, ss.Malformed, "malformed")
-		}
+		nodemetrics.Steer(ch, m.cfg.Interface, prog)
 	}
 	for _, p := range ports {
-		ps, err := p.Stats()
-		if err != nil {
-			continue
-		}
-		q := strconv.Itoa(p.Queue())
-		k := ps.Kernel
-		counter(descXSK, k.RXDropped, q, "rx_dropped")
-		counter(descXSK, k.RXRingFull, q, "rx_ring_full")
-		counter(descXSK, k.RXFillRingEmptyDescs, q, "fill_ring_empty")
-		counter(descXSK, k.TXInvalidDescs, q, "tx_invalid")
+		nodemetrics.XSK(ch, m.cfg.Interface, p)
 	}
 	gauge(descAnnounced, float64(len(m.ctl.Announced())))
 }

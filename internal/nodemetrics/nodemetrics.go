@@ -1,0 +1,98 @@
+//go:build linux
+
+// Package nodemetrics holds the Prometheus metrics that the Mux and the
+// Host Agent share — data-path counters, the running document, the
+// steering programs and the AF_XDP sockets — so both nodes export them
+// under the same names and labels. Everything is read at scrape time;
+// nothing here is on the packet path.
+package nodemetrics
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xdplb/xdplb/control"
+	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/engine/afxdp"
+	"github.com/xdplb/xdplb/engine/steer"
+)
+
+var (
+	descPackets  = prometheus.NewDesc("xdplb_packets_total", "Packets received (rx) and transmitted (tx) by the data path.", []string{"direction"}, nil)
+	descDrops    = prometheus.NewDesc("xdplb_drops_total", "Packets dropped by the data path, by reason.", []string{"reason"}, nil)
+	descVersion  = prometheus.NewDesc("xdplb_config_version", "Version of the running desired-state document.", nil, nil)
+	descSync     = prometheus.NewDesc("xdplb_config_sync_delay_seconds", "Time from the running document's 'written' stamp to its application.", nil, nil)
+	descRejected = prometheus.NewDesc("xdplb_config_rejected_total", "Documents refused (invalid, stale, or failed to apply).", nil, nil)
+	descSteer    = prometheus.NewDesc("xdplb_steer_packets_total", "Packets seen by the XDP steering program of an interface, by outcome.", []string{"interface", "outcome"}, nil)
+	descXSK      = prometheus.NewDesc("xdplb_xsk_kernel_total", "AF_XDP socket statistics from the kernel, per interface and queue.", []string{"interface", "queue", "counter"}, nil)
+	descXSKTX    = prometheus.NewDesc("xdplb_xsk_tx_frames_total", "Frames transmitted per AF_XDP socket (copied: from another interface's socket).", []string{"interface", "queue", "kind"}, nil)
+)
+
+// Describe sends the shared descriptors.
+func Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPackets, descDrops, descVersion, descSync, descRejected, descSteer, descXSK, descXSKTX} {
+		ch <- d
+	}
+}
+
+// Counter sends a counter sample.
+func Counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v uint64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+}
+
+// Gauge sends a gauge sample.
+func Gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+// Engine sends the data path's packet and drop counters.
+func Engine(ch chan<- prometheus.Metric, s engine.Stats) {
+	Counter(ch, descPackets, s.RX, "rx")
+	Counter(ch, descPackets, s.TX, "tx")
+	names := engine.DropReasons()
+	for i, v := range s.Drops {
+		if i > 0 && i < len(names) {
+			Counter(ch, descDrops, v, names[i])
+		}
+	}
+}
+
+// Config sends the running document's version, sync delay and refusals.
+func Config(ch chan<- prometheus.Metric, st control.Status) {
+	Gauge(ch, descVersion, float64(st.Version))
+	if d := st.SyncDelay(); d > 0 {
+		Gauge(ch, descSync, d.Seconds())
+	}
+	Counter(ch, descRejected, st.Rejected)
+}
+
+// Steer sends the steering program's outcomes on interface ifname.
+func Steer(ch chan<- prometheus.Metric, ifname string, prog *steer.Program) {
+	ss, err := prog.Stats()
+	if err != nil {
+		return
+	}
+	Counter(ch, descSteer, ss.Redirected, ifname, "redirected")
+	Counter(ch, descSteer, ss.NoSocket, ifname, "no_socket")
+	Counter(ch, descSteer, ss.NoMatch, ifname, "passed")
+	Counter(ch, descSteer, ss.Infra, ifname, "infra")
+	Counter(ch, descSteer, ss.NotIP, ifname, "not_ip")
+	Counter(ch, descSteer, ss.Malformed, ifname, "malformed")
+}
+
+// XSK sends an AF_XDP socket's kernel statistics and transmit counts.
+func XSK(ch chan<- prometheus.Metric, ifname string, p *afxdp.Port) {
+	ps, err := p.Stats()
+	if err != nil {
+		return
+	}
+	q := strconv.Itoa(p.Queue())
+	k := ps.Kernel
+	Counter(ch, descXSK, k.RXDropped, ifname, q, "rx_dropped")
+	Counter(ch, descXSK, k.RXRingFull, ifname, q, "rx_ring_full")
+	Counter(ch, descXSK, k.RXFillRingEmptyDescs, ifname, q, "fill_ring_empty")
+	Counter(ch, descXSK, k.TXInvalidDescs, ifname, q, "tx_invalid")
+	Counter(ch, descXSKTX, ps.TXFrames-ps.TXCopied, ifname, q, "own")
+	Counter(ch, descXSKTX, ps.TXCopied, ifname, q, "copied")
+}
