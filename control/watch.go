@@ -92,6 +92,7 @@ type Watcher struct {
 	opts    WatcherOptions
 	log     *slog.Logger
 	reload  chan struct{}
+	ready   chan struct{} // closed once the first document is applied
 	running atomic.Bool
 
 	mu  sync.Mutex
@@ -118,6 +119,7 @@ func NewWatcher(path string, opts WatcherOptions) *Watcher {
 		opts:   opts,
 		log:    log.With("path", path),
 		reload: make(chan struct{}, 1),
+		ready:  make(chan struct{}),
 		st:     Status{Path: path},
 	}
 }
@@ -145,6 +147,11 @@ func (w *Watcher) Document() *Document {
 	return w.doc
 }
 
+// Ready is closed once Run has applied the first document. A node starts
+// Run on its own goroutine and waits for Ready (or for Run to return the
+// first load's error) before it opens its data path.
+func (w *Watcher) Ready() <-chan struct{} { return w.ready }
+
 // Run loads and applies the file, then keeps watching it until ctx is
 // done, when it returns nil. It returns an error, without watching, if the
 // first load fails (unreadable, invalid, or refused by apply): a node must
@@ -168,6 +175,7 @@ func (w *Watcher) Run(ctx context.Context, apply func(*Document) error) error {
 	if _, err := w.check(apply, true); err != nil {
 		return fmt.Errorf("control: first load: %w", err)
 	}
+	close(w.ready)
 
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()

@@ -331,3 +331,34 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// Ready is closed once the first document is applied, and not when the
+// first load fails.
+func TestWatcherReady(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	require.NoError(t, os.WriteFile(good, docV(1, ""), 0o644))
+	w := NewWatcher(good, WatcherOptions{Logger: quietLogger()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	a := &applier{}
+	go func() { done <- w.Run(ctx, a.apply) }()
+	select {
+	case <-w.Ready():
+	case err := <-done:
+		t.Fatalf("Run returned %v before Ready", err)
+	case <-time.After(hang):
+		t.Fatal("Ready was not closed")
+	}
+	require.EqualValues(t, 1, w.Status().Version)
+	cancel()
+	require.NoError(t, <-done)
+
+	refused := NewWatcher(good, WatcherOptions{Logger: quietLogger()})
+	require.Error(t, refused.Run(context.Background(), (&applier{fail: errors.New("no")}).apply))
+	select {
+	case <-refused.Ready():
+		t.Fatal("Ready closed although the first document was refused")
+	default:
+	}
+}

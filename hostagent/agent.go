@@ -315,22 +315,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	goSide("next-hop resolver", resolver.Run)
 	goSide("NAT table ager", a.age)
 
-	first := make(chan error, 1)
-	var once sync.Once
+	watchErr := make(chan error, 1)
 	goSide("config watcher", func(c context.Context) error {
-		err := a.watcher.Run(c, func(doc *control.Document) error {
-			err := a.apply(doc)
-			once.Do(func() { first <- err })
-			return err
-		})
-		once.Do(func() { first <- err })
+		err := a.watcher.Run(c, func(doc *control.Document) error { return a.apply(doc) })
+		watchErr <- err
 		return err
 	})
 	select {
-	case err := <-first:
-		if err != nil {
-			return fmt.Errorf("hostagent: first configuration: %w", err)
-		}
+	case <-a.watcher.Ready():
+	case err := <-watchErr:
+		return fmt.Errorf("hostagent: first configuration: %w", err)
 	case <-ctx.Done():
 		return ctx.Err()
 	}

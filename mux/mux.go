@@ -182,22 +182,16 @@ func (m *Mux) Run(ctx context.Context) error {
 
 	// The first document: Run of the watcher applies it and every newer
 	// one; wait for the first before opening the data path.
-	first := make(chan error, 1)
-	var once sync.Once
+	watchErr := make(chan error, 1)
 	goSide("config watcher", func(c context.Context) error {
-		err := m.watcher.Run(c, func(doc *control.Document) error {
-			err := m.apply(c, doc)
-			once.Do(func() { first <- err })
-			return err
-		})
-		once.Do(func() { first <- err })
+		err := m.watcher.Run(c, func(doc *control.Document) error { return m.apply(c, doc) })
+		watchErr <- err
 		return err
 	})
 	select {
-	case err := <-first:
-		if err != nil {
-			return fmt.Errorf("mux: first configuration: %w", err)
-		}
+	case <-m.watcher.Ready():
+	case err := <-watchErr:
+		return fmt.Errorf("mux: first configuration: %w", err)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
