@@ -121,8 +121,11 @@ func helperMain() int {
 			}()
 			result(nil, now)
 		case "cancel":
-			shCancel()
+			// Answer first: once the context is cancelled, Shutdown's
+			// "shutdown-done" may be written at once, and the test, which
+			// reads the answer to "cancel" first, would skip past it.
 			result(nil, time.Now().UnixNano())
+			shCancel()
 		case "states":
 			b, err := json.Marshal(a.PeerStates())
 			result(err, string(b))
