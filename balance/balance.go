@@ -142,6 +142,7 @@ func (s *Stage) balance(snap *flow.Snapshot, p *engine.Packet, now flow.Tick) en
 		return engine.DropNoBackend
 	}
 	p.Backend = int32(idx)
+	p.Flags |= engine.FlagNewFlow
 	if class == flow.ClassEstablished {
 		// A flow first seen mid-connection (a Mux restarted, or ECMP moved
 		// it here) starts untrusted like a SYN and is promoted by its next

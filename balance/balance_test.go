@@ -325,3 +325,37 @@ func TestBalanceNoAllocs(t *testing.T) {
 	w.Counters().Snapshot(&s)
 	require.Zero(t, s.Dropped())
 }
+
+// TestNewFlowFlag: the first packet of a flow is marked FlagNewFlow, the
+// next ones are not, and a flow whose backend went down is new again where
+// it is re-placed.
+func TestNewFlowFlag(t *testing.T) {
+	rule := func(bs []flow.Backend) flow.Rule {
+		return flow.Rule{Name: "web", VIP: flow.VIP{Addr: vip4, Proto: flow.ProtoTCP, Port: 80}, Backends: bs}
+	}
+	h := newHarness(t, true, rule(backends(2, 1)))
+	isNew := func(p pkt) (string, bool) {
+		dest := h.run(p.build())
+		return dest, h.pool[0].Flags&engine.FlagNewFlow != 0
+	}
+	p := pkt{src: netip.MustParseAddr("198.18.0.9"), dst: vip4, sport: 4000, dport: 80, tcp: true, syn: true}
+	dest, n := isNew(p)
+	require.True(t, n, "a SYN of an unknown flow")
+	p.syn, p.ack = false, true
+	_, n = isNew(p)
+	require.False(t, n, "the flow's second packet")
+
+	bs := backends(2, 1)
+	for i := range bs {
+		if bs[i].Name == dest {
+			bs[i].State = flow.BackendDown
+		}
+	}
+	_, err := h.rules.Update(2, []flow.Rule{rule(bs)})
+	require.NoError(t, err)
+	moved, n := isNew(p)
+	require.NotEqual(t, dest, moved)
+	require.True(t, n, "re-placed after its backend went down")
+	_, n = isNew(p)
+	require.False(t, n)
+}

@@ -27,7 +27,7 @@ const (
 	VerdictEmit
 )
 
-// Packet flags set by the parser.
+// Packet flags, set by the parser and by stages (FlagICMPError, FlagNewFlow).
 const (
 	FlagIPv4         uint16 = 1 << iota // L3 is IPv4
 	FlagIPv6                            // L3 is IPv6
@@ -35,6 +35,7 @@ const (
 	FlagNonFirstFrag                    // a fragment without the L4 header (no ports)
 	FlagL4                              // L4Off points at a validated TCP/UDP/ICMP header
 	FlagICMPError                       // an ICMP error whose Key is the quoted flow, reversed (balance.ICMP)
+	FlagNewFlow                         // the packet placed a new flow (balance: a connection-table miss)
 )
 
 // Packet is one frame and the metadata the stages share about it. The engine
