@@ -130,3 +130,34 @@ func TestUplinkVNINoAllocs(t *testing.T) {
 		require.Zero(t, testing.AllocsPerRun(100, func() { s.Process(&b) }))
 	}
 }
+
+// TestVNIIndexMany fills the index with many VIPs of both families (long
+// probe chains included) and checks every address maps to its VNI and
+// addresses that are no VIP's are not found.
+func TestVNIIndexMany(t *testing.T) {
+	doc := &control.Document{}
+	var addrs []netip.Addr
+	for i := 0; i < 700; i++ {
+		a := netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})
+		if i%3 == 0 {
+			a = netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 14: byte(i >> 8), 15: byte(i)})
+		}
+		addrs = append(addrs, a)
+		doc.VIPs = append(doc.VIPs, control.VIP{Name: a.String(), Address: a, Protocol: flow.ProtoTCP, VNI: uint32(1 + i%50)})
+	}
+	idx, err := newVNIIndex(doc)
+	require.NoError(t, err)
+	require.False(t, idx.one)
+	for i, a := range addrs {
+		k := flow.KeyFrom(0, flow.ProtoTCP, netip.AddrPortFrom(a, 1), netip.AddrPortFrom(a, 80))
+		v, ok := idx.lookup(&k.Dst, k.Family)
+		require.True(t, ok, a)
+		require.Equal(t, uint32(1+i%50), v, a)
+	}
+	for _, s := range []string{"198.18.9.9", "2001:db8::9:9", "2001:db8::1:0", "0.0.0.0"} {
+		a := netip.MustParseAddr(s)
+		k := flow.KeyFrom(0, flow.ProtoTCP, netip.AddrPortFrom(a, 1), netip.AddrPortFrom(a, 80))
+		_, ok := idx.lookup(&k.Dst, k.Family)
+		require.False(t, ok, s)
+	}
+}
