@@ -282,10 +282,19 @@ type Engine struct {
 	workers []*Worker
 }
 
-// New returns an engine over workers.
+// New returns an engine over workers, whose IDs must differ.
 func New(workers ...*Worker) (*Engine, error) {
 	if len(workers) == 0 {
 		return nil, errors.New("engine: no workers")
+	}
+	ids := make(map[int]bool, len(workers))
+	for _, w := range workers {
+		if ids[w.ID()] {
+			// Stages shared by the workers keep per-worker state by index
+			// (PerWorker): two workers with one index would race.
+			return nil, fmt.Errorf("engine: two workers have ID %d", w.ID())
+		}
+		ids[w.ID()] = true
 	}
 	return &Engine{workers: workers}, nil
 }
