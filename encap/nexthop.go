@@ -99,13 +99,61 @@ func (c NextHopConfig) Validate() error {
 // destination is dropped with nexthop_unresolved (the resolver is already
 // resolving it), a non-IP frame with unsupported.
 //
-// Consecutive packets of a batch to the same address cost one lookup: the
-// stage remembers the last answer, hit or miss, for the rest of the batch.
-// It is safe for concurrent use by several workers.
+// Answers are cached per worker (engine.PerWorker, keyed by Batch.Worker)
+// in a small direct-mapped table when the resolver is a VersionedResolver
+// (*nexthop.Resolver is): the cache is emptied when the resolver's version
+// changes, and every hopCacheRefresh batches so that destinations in use
+// are looked up now and then (the resolver forgets idle ones). With any
+// other Resolver the cache lives for one batch. A miss is remembered for
+// the rest of the batch only, so a destination that becomes resolvable is
+// used from the next batch on.
+//
+// It is safe for concurrent use by the workers of one engine.Engine
+// (distinct Batch.Worker indices).
 type NextHop struct {
-	cfg   NextHopConfig
-	r     Resolver
-	ports []ifPort // few entries: a linear scan, behind the batch cache
+	cfg    NextHopConfig
+	r      Resolver
+	vr     VersionedResolver // r, when it is one; nil otherwise
+	ports  []ifPort          // few entries: a linear scan, behind the cache
+	caches engine.PerWorker[hopCache]
+}
+
+// VersionedResolver is a Resolver that numbers its states: Version changes
+// whenever any answer of Lookup may have changed. NextHop caches its
+// answers per worker while the version holds.
+type VersionedResolver interface {
+	Resolver
+	Version() uint64
+}
+
+const (
+	hopCacheBits = 6
+	hopCacheSize = 1 << hopCacheBits
+	// hopCacheRefresh is how many batches a cached answer lives at most.
+	hopCacheRefresh = 1024
+)
+
+// hopCache is one worker's cache of resolved next hops, direct-mapped by
+// destination.
+type hopCache struct {
+	version uint64 // the resolver's version the entries are from
+	batches uint32 // batches since the entries were emptied
+	e       [hopCacheSize]hopEntry
+}
+
+// hopEntry is a cached answer: a destination (two words and its family,
+// 0 for an empty entry) and what to write for it.
+type hopEntry struct {
+	a0, a1 uint64
+	family uint8
+	out    uint16
+	src    header.MAC
+	dst    header.MAC
+}
+
+// hopIndex places a destination in a hopCache.
+func hopIndex(a0, a1 uint64, family uint8) uint64 {
+	return ((a0 ^ a1 ^ uint64(family)) * 0x9e3779b97f4a7c15) >> (64 - hopCacheBits)
 }
 
 type ifPort struct {
@@ -122,6 +170,7 @@ func NewNextHop(cfg NextHopConfig, r Resolver) (*NextHop, error) {
 		return nil, errors.New("encap: NewNextHop: nil Resolver")
 	}
 	s := &NextHop{cfg: cfg, r: r}
+	s.vr, _ = r.(VersionedResolver)
 	for ifi, port := range cfg.Ports {
 		s.ports = append(s.ports, ifPort{ifi, port})
 	}
@@ -134,41 +183,82 @@ func (s *NextHop) Config() NextHopConfig { return s.cfg }
 
 // Process implements engine.Stage.
 func (s *NextHop) Process(b *engine.Batch) {
+	var c *hopCache
+	if s.vr != nil {
+		c = s.caches.Get(b.Worker)
+	}
+	if c == nil {
+		// No cache across batches: one for this batch, on the stack.
+		var local hopCache
+		s.process(b, &local)
+		return
+	}
+	c.batches++
+	if v := s.vr.Version(); v != c.version || c.batches >= hopCacheRefresh {
+		clear(c.e[:])
+		c.version, c.batches = v, 0
+	}
+	s.process(b, c)
+}
+
+func (s *NextHop) process(b *engine.Batch, c *hopCache) {
+	// The last miss of this batch, so that a burst to an unresolved
+	// destination costs one lookup.
 	var (
-		last   netip.Addr // the address of the cached answer; invalid: none
-		src    header.MAC
-		dst    header.MAC
-		out    uint16
-		reason engine.DropReason
+		missA0, missA1 uint64
+		missFamily     uint8
+		missReason     engine.DropReason
 	)
 	for _, p := range b.Packets() {
-		a := s.dest(p)
-		if !a.IsValid() {
+		a0, a1, family := s.dest(p)
+		if family == 0 {
 			b.Drop(p, engine.DropUnsupported)
 			continue
 		}
-		if a != last {
-			last = a
-			reason = 0
-			if h, ok := s.r.Lookup(a); !ok {
-				reason = engine.DropNextHopUnres
-			} else if o, ok := s.port(h.IfIndex); !ok {
-				reason = engine.DropNoOutPort
-			} else {
-				src, dst, out = h.SrcMAC, h.DstMAC, o
+		e := &c.e[hopIndex(a0, a1, family)]
+		if e.family != family || e.a0 != a0 || e.a1 != a1 {
+			if missReason != 0 && missFamily == family && missA0 == a0 && missA1 == a1 {
+				b.Drop(p, missReason)
+				continue
+			}
+			if r := s.fill(e, a0, a1, family); r != 0 {
+				missA0, missA1, missFamily, missReason = a0, a1, family, r
+				b.Drop(p, r)
+				continue
 			}
 		}
-		if reason != 0 {
-			b.Drop(p, reason)
-			continue
-		}
 		eth := header.Ethernet(p.Data())
-		eth.SetDst(dst)
-		eth.SetSrc(src)
-		p.OutPort = out
+		eth.SetDst(e.dst)
+		eth.SetSrc(e.src)
+		p.OutPort = e.out
 	}
 }
 
+// fill asks the resolver for a destination and caches the answer in e, or
+// returns why the packet cannot be sent (e is then left as it was).
+func (s *NextHop) fill(e *hopEntry, a0, a1 uint64, family uint8) engine.DropReason {
+	var a netip.Addr
+	if family == 4 {
+		a = netip.AddrFrom4([4]byte{byte(a1), byte(a1 >> 8), byte(a1 >> 16), byte(a1 >> 24)})
+	} else {
+		var b [16]byte
+		binary.LittleEndian.PutUint64(b[:8], a0)
+		binary.LittleEndian.PutUint64(b[8:], a1)
+		a = netip.AddrFrom16(b)
+	}
+	h, ok := s.r.Lookup(a)
+	if !ok {
+		return engine.DropNextHopUnres
+	}
+	o, ok := s.port(h.IfIndex)
+	if !ok {
+		return engine.DropNoOutPort
+	}
+	*e = hopEntry{a0: a0, a1: a1, family: family, out: o, src: h.SrcMAC, dst: h.DstMAC}
+	return 0
+}
+
+// port returns the engine port of an interface.
 func (s *NextHop) port(ifindex int) (uint16, bool) {
 	for _, e := range s.ports {
 		if e.ifindex == ifindex {
@@ -178,13 +268,14 @@ func (s *NextHop) port(ifindex int) (uint16, bool) {
 	return 0, false
 }
 
-// dest returns the address to resolve for p, or the invalid Addr when the
-// frame has no IP header where the mode looks.
-func (s *NextHop) dest(p *engine.Packet) netip.Addr {
+// dest returns the address to resolve for p as two little-endian words
+// (an IPv4 address in the low half of a1) and its family (4 or 6), or
+// family 0 when the frame has no address for the mode.
+func (s *NextHop) dest(p *engine.Packet) (a0, a1 uint64, family uint8) {
 	data := p.Data()
 	if s.cfg.Mode == OuterDst {
 		if len(data) < header.EthernetSize {
-			return netip.Addr{}
+			return 0, 0, 0
 		}
 		switch binary.BigEndian.Uint16(data[12:]) {
 		case header.EtherTypeIPv4:
@@ -192,7 +283,7 @@ func (s *NextHop) dest(p *engine.Packet) netip.Addr {
 		case header.EtherTypeIPv6:
 			return dst6(data, header.EthernetSize)
 		}
-		return netip.Addr{}
+		return 0, 0, 0
 	}
 	switch {
 	case p.Flags&engine.FlagIPv4 != 0:
@@ -200,22 +291,22 @@ func (s *NextHop) dest(p *engine.Packet) netip.Addr {
 	case p.Flags&engine.FlagIPv6 != 0:
 		return dst6(data, int(p.L3Off))
 	}
-	return netip.Addr{}
+	return 0, 0, 0
 }
 
-func dst4(data []byte, l3 int) netip.Addr {
+func dst4(data []byte, l3 int) (uint64, uint64, uint8) {
 	if len(data) < l3+header.IPv4MinSize {
-		return netip.Addr{}
+		return 0, 0, 0
 	}
-	return netip.AddrFrom4([4]byte(data[l3+16 : l3+20]))
+	return 0, uint64(binary.LittleEndian.Uint32(data[l3+16:])), 4
 }
 
-func dst6(data []byte, l3 int) netip.Addr {
+func dst6(data []byte, l3 int) (uint64, uint64, uint8) {
 	if len(data) < l3+header.IPv6Size {
-		return netip.Addr{}
+		return 0, 0, 0
 	}
-	return netip.AddrFrom16([16]byte(data[l3+24 : l3+40]))
+	return binary.LittleEndian.Uint64(data[l3+24:]), binary.LittleEndian.Uint64(data[l3+32:]), 6
 }
 
-var _ Resolver = (*nexthop.Resolver)(nil)
+var _ VersionedResolver = (*nexthop.Resolver)(nil)
 var _ engine.Stage = (*NextHop)(nil)

@@ -142,7 +142,7 @@ func TestNextHopBatchCache(t *testing.T) {
 	}{
 		{"one host", [][]byte{a, a, a, a}, 1, 0},
 		{"two runs", [][]byte{a, a, b, b, b}, 2, 0},
-		{"alternating", [][]byte{a, b, a, b}, 4, 0},
+		{"alternating", [][]byte{a, b, a, b}, 2, 0},
 		{"misses cached too", [][]byte{u, u, u, a}, 2, 3},
 	}
 	r := newRig(t)
@@ -167,7 +167,8 @@ func TestNextHopBatchCache(t *testing.T) {
 			assert.Equal(t, tc.drops, drops)
 		})
 	}
-	// A new batch looks up again (the resolver may have changed).
+	// Without a version a new batch looks up again (the resolver may have
+	// changed).
 	res := newResolver()
 	s := newNextHop(t, encap.OuterDst, res)
 	for range 3 {
@@ -175,6 +176,67 @@ func TestNextHopBatchCache(t *testing.T) {
 		r.run(s)
 	}
 	assert.Equal(t, 3, res.calls)
+}
+
+// versionedResolver is a fakeResolver with a version the test bumps.
+type versionedResolver struct {
+	*fakeResolver
+	version uint64
+}
+
+func (v *versionedResolver) Version() uint64 { return v.version }
+
+// TestNextHopWorkerCache: with a VersionedResolver the answers are kept
+// per worker across batches until the version changes or the refresh
+// period passes; misses are not kept beyond their batch; workers do not
+// share entries.
+func TestNextHopWorkerCache(t *testing.T) {
+	unres := netip.MustParseAddr("198.19.9.9")
+	a, b, u := encapsulated(t, host4)[0], encapsulated(t, hostB)[0], encapsulated(t, unres)[0]
+	res := &versionedResolver{fakeResolver: newResolver(), version: 1}
+	s := newNextHop(t, encap.OuterDst, res)
+	r := newRig(t)
+	batch := func(worker int, frames ...[]byte) []*engine.Packet {
+		ps := r.loadRaw(frames...)
+		r.b.Worker = worker
+		r.run(s)
+		return ps
+	}
+	batch(0, a, b, a)
+	require.Equal(t, 2, res.calls)
+	batch(0, b, a)
+	require.Equal(t, 2, res.calls, "cached across batches")
+	batch(1, a)
+	require.Equal(t, 3, res.calls, "another worker has its own cache")
+
+	// A route change: the hop of hostB moves to interface 4.
+	res.hops[hostB] = nexthop.Hop{IfIndex: 4, SrcMAC: muxMAC, DstMAC: header.MAC{2, 0, 0, 0, 0xcc, 4}}
+	ps := batch(0, b)
+	require.Equal(t, header.MAC{2, 0, 0, 0, 0xbb, 5}, header.Ethernet(ps[0].Data()).Dst(), "same version: cached")
+	res.version++
+	ps = batch(0, b)
+	require.Equal(t, 4, res.calls)
+	require.Equal(t, header.MAC{2, 0, 0, 0, 0xcc, 4}, header.Ethernet(ps[0].Data()).Dst(), "new version: looked up")
+	require.EqualValues(t, 0, ps[0].OutPort)
+
+	// Misses cost one lookup per batch, and are looked up again next batch.
+	before := res.calls
+	ps = batch(0, u, u, u)
+	require.Equal(t, before+1, res.calls)
+	for _, p := range ps {
+		require.Equal(t, "nexthop_unresolved", reason(p))
+	}
+	res.hops[unres] = nexthop.Hop{IfIndex: 5, SrcMAC: muxMAC, DstMAC: hopMAC}
+	ps = batch(0, u)
+	require.Equal(t, "", reason(ps[0]), "resolved since the last batch")
+
+	// The refresh period: entries are looked up again after it.
+	batch(0, a)
+	before = res.calls
+	for range 1100 {
+		batch(0, a)
+	}
+	require.Equal(t, before+1, res.calls, "one refresh in 1100 batches")
 }
 
 func TestNextHopConfig(t *testing.T) {

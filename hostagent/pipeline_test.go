@@ -57,6 +57,10 @@ func (fixedHop) Lookup(netip.Addr) (nexthop.Hop, bool) {
 	return nexthop.Hop{IfIndex: uplinkIndex, SrcMAC: [6]byte(uplinkMAC), DstMAC: [6]byte(routerMAC)}, true
 }
 
+// Version makes fixedHop a VersionedResolver whose answers never change,
+// as a warm nexthop.Resolver between route or neighbour changes.
+func (fixedHop) Version() uint64 { return 1 }
+
 type pipeRig struct {
 	w     *engine.Worker
 	ports []*engine.MemPort // uplink, vm_a, vm_b

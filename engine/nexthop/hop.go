@@ -145,7 +145,13 @@ type Snapshot struct {
 	req     chan<- [16]byte
 	changed chan struct{} // closed when a newer snapshot is published
 	counts  [3]int        // entries by state
+	version uint64        // 1 + the number of snapshots published before
 }
+
+// Version numbers the snapshots a Resolver publishes: a newer snapshot
+// has a larger version. A data-path cache of Lookup answers (such as
+// encap.NextHop's) stays valid while the version is unchanged.
+func (s *Snapshot) Version() uint64 { return s.version }
 
 // Lookup returns the next hop for dst. It is the hot path: it does not
 // lock, block or allocate. On a miss it returns false and, if dst is not

@@ -13,7 +13,7 @@ import (
 
 // publish stands in for Run: it swaps in a snapshot holding m.
 func publish(r *Resolver, m map[[16]byte]*entry) {
-	s := &Snapshot{m: maps.Clone(m), req: r.req, changed: make(chan struct{})}
+	s := &Snapshot{m: maps.Clone(m), req: r.req, changed: make(chan struct{}), version: r.tab.Load().version + 1}
 	for _, e := range s.m {
 		s.counts[e.state]++
 	}

@@ -54,7 +54,7 @@ func newResolver(cfg Config) (*Resolver, error) {
 		closing: make(chan struct{}),
 		runDone: make(chan struct{}),
 	}
-	r.tab.Store(&Snapshot{req: r.req, changed: make(chan struct{})})
+	r.tab.Store(&Snapshot{req: r.req, changed: make(chan struct{}), version: 1})
 	return r, nil
 }
 
@@ -65,6 +65,10 @@ func (r *Resolver) Snapshot() *Snapshot { return r.tab.Load() }
 // allocation-free. False means "drop with reason nexthop_unresolved"; the
 // destination has been queued for resolution.
 func (r *Resolver) Lookup(dst netip.Addr) (Hop, bool) { return r.tab.Load().Lookup(dst) }
+
+// Version returns the current snapshot's version: it changes whenever any
+// answer of Lookup may have changed (see Snapshot.Version).
+func (r *Resolver) Version() uint64 { return r.tab.Load().version }
 
 // Resolve returns the next hop for dst, waiting until Run has resolved it,
 // it is known to be unresolvable (ErrNoRoute, ErrNotUnicast,

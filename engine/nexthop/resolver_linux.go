@@ -473,7 +473,8 @@ func (st *runState) flush() {
 		return
 	}
 	st.changed = false
-	s := &Snapshot{m: maps.Clone(st.cur), req: st.r.req, changed: make(chan struct{})}
+	s := &Snapshot{m: maps.Clone(st.cur), req: st.r.req, changed: make(chan struct{}),
+		version: st.r.tab.Load().version + 1} // Run is the only publisher
 	for _, e := range s.m {
 		s.counts[e.state]++
 	}

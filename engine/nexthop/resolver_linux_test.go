@@ -239,6 +239,7 @@ func TestRouteChangeIsFollowed(t *testing.T) {
 				Gateway: netip.MustParseAddr(tc.gwA), Src: netip.MustParseAddr(tc.srcA),
 			}, hop)
 
+			before := r.Version()
 			require.NoError(t, mux.ReplaceRoute(tc.prefix, tc.gwB))
 			want := Hop{
 				IfIndex: mb.Index, SrcMAC: mac(mb.MAC), DstMAC: mac(gb.MAC),
@@ -248,6 +249,8 @@ func TestRouteChangeIsFollowed(t *testing.T) {
 				hop, ok := r.Lookup(dst)
 				return ok && hop == want
 			})
+			// Caches of Lookup answers (encap.NextHop) see a new version.
+			assert.Greater(t, r.Version(), before)
 
 			// And when the route goes away, so does the hop.
 			require.NoError(t, mux.DelRoute(tc.prefix))
