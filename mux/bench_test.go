@@ -98,6 +98,11 @@ type fixedResolver struct{}
 
 func (fixedResolver) Lookup(netip.Addr) (nexthop.Hop, bool) { return benchHop, true }
 
+// Version makes fixedResolver a VersionedResolver whose answers never
+// change, as a warm nexthop.Resolver between route or neighbour changes:
+// NextHop caches its answers per worker.
+func (fixedResolver) Version() uint64 { return 1 }
+
 // benchKind is the shape of a generated frame.
 type benchKind uint8
 
