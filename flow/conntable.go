@@ -399,6 +399,78 @@ func (t *ConnTable) Lookup(k *Key, now Tick) (backend uint32, class StateClass, 
 	return 0, 0, false
 }
 
+// ConnQuery is one flow's connection-table operations split in two, so a
+// stage can begin the lookups of a whole batch before it finishes any:
+// Prepare packs and hashes the key and loads its two buckets' headers —
+// issuing the cache misses of every flow of the batch back to back, so
+// they overlap — and LookupPrepared, SetClassPrepared and InsertPrepared
+// then work from the query without packing or hashing again.
+//
+// A query belongs to the table that prepared it and stays valid while the
+// table lives; what it loaded may go stale, which costs nothing but a
+// reload (the seqlock read validates it). The zero ConnQuery is a key the
+// table cannot hold.
+type ConnQuery struct {
+	p      ctKey
+	hash   uint64
+	i1, i2 uint64 // candidate buckets
+	h1, h2 uint64 // their headers as Prepare loaded them
+	family uint8
+}
+
+// Prepare makes q the query of flow k. It never locks, writes or
+// allocates.
+func (t *ConnTable) Prepare(q *ConnQuery, k *Key) {
+	q.family = ctFamily(k)
+	switch q.family {
+	case FamilyIPv4:
+		q.hash = t.pack4(k, &q.p)
+		t.v4.prepare(q)
+	case FamilyIPv6:
+		q.hash = t.pack6(k, &q.p)
+		t.v6.prepare(q)
+	}
+}
+
+// LookupPrepared is Lookup of the flow q was prepared for.
+func (t *ConnTable) LookupPrepared(q *ConnQuery, now Tick) (backend uint32, class StateClass, ok bool) {
+	switch q.family {
+	case FamilyIPv4:
+		return t.v4.lookupFrom(&q.p, q.hash, q.i1, q.i2, q.h1, q.h2, now, t)
+	case FamilyIPv6:
+		return t.v6.lookupFrom(&q.p, q.hash, q.i1, q.i2, q.h1, q.h2, now, t)
+	}
+	return 0, 0, false
+}
+
+// InsertPrepared is Insert of the flow q was prepared for.
+func (t *ConnTable) InsertPrepared(q *ConnQuery, backend uint32, class StateClass, now Tick) InsertResult {
+	if class >= ctClasses {
+		return InsertInvalid
+	}
+	switch q.family {
+	case FamilyIPv4:
+		return t.v4.insert(&q.p, q.hash, backend, class, now, t)
+	case FamilyIPv6:
+		return t.v6.insert(&q.p, q.hash, backend, class, now, t)
+	}
+	return InsertInvalid
+}
+
+// SetClassPrepared is SetClass of the flow q was prepared for.
+func (t *ConnTable) SetClassPrepared(q *ConnQuery, class StateClass, now Tick) bool {
+	if class >= ctClasses {
+		return false
+	}
+	switch q.family {
+	case FamilyIPv4:
+		return t.v4.setClass(&q.p, q.hash, class, now, t)
+	case FamilyIPv6:
+		return t.v6.setClass(&q.p, q.hash, class, now, t)
+	}
+	return false
+}
+
 // Insert stores flow k → backend with the given class, last seen at now,
 // or overwrites it if present. When both candidate buckets are full it
 // reuses an expired entry, else evicts the least recently seen untrusted

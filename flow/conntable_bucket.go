@@ -285,10 +285,22 @@ func (t *ctTable[S, P]) search(k *ctKey, i1, i2, tag uint64) (bi uint64, j int, 
 // lookup implements ConnTable.Lookup for one key width.
 func (t *ctTable[S, P]) lookup(k *ctKey, hash uint64, now Tick, c *ConnTable) (uint32, StateClass, bool) {
 	i1, i2 := t.index(hash)
+	return t.lookupFrom(k, hash, i1, i2, t.b[i1].hdr.Load(), t.b[i2].hdr.Load(), now, c)
+}
+
+// prepare loads the headers of the two candidate buckets of hash (for a
+// ConnQuery): the loads start the buckets' cache misses.
+func (t *ctTable[S, P]) prepare(q *ConnQuery) {
+	q.i1, q.i2 = t.index(q.hash)
+	q.h1, q.h2 = t.b[q.i1].hdr.Load(), t.b[q.i2].hdr.Load()
+}
+
+// lookupFrom is lookup with the buckets and their headers already loaded
+// (a header may be stale: probe validates it as the seqlock's first read).
+func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, i1, i2, h1, h2 uint64, now Tick, c *ConnTable) (uint32, StateClass, bool) {
 	tag := ctTag(hash)
 	// search, written out.
 	b := &t.b[i1]
-	h1, h2 := b.hdr.Load(), t.b[i2].hdr.Load()
 	j, v, h, ok := b.probe(k, tag, h1)
 	if j < 0 {
 		b = &t.b[i2]

@@ -3,7 +3,9 @@ package flow
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -552,6 +554,14 @@ func TestConnTableNoAllocs(t *testing.T) {
 		{"DeleteInsert", func() { ct.Delete(&k4); ct.Insert(&k4, 1, ClassUDP, now) }},
 		{"Age", func() { ct.Age(now, 64) }},
 		{"Now", func() { now = ct.Now() }},
+		{"Prepared", func() {
+			var q ConnQuery
+			now++
+			ct.Prepare(&q, &k6)
+			ct.LookupPrepared(&q, now)
+			ct.SetClassPrepared(&q, ClassEstablished, now)
+			ct.InsertPrepared(&q, 2, ClassEstablished, now)
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -628,8 +638,19 @@ func ctConcurrent(t *testing.T, ct *ConnTable, keys, workers, iters, ageEvery in
 				id := r.IntN(keys)
 				k := &allKeys[id]
 				switch op := r.IntN(100); {
-				case op < 70:
+				case op < 50:
 					if be, cl, ok := ct.Lookup(k, now); ok && (be>>8 != uint32(id) || cl >= ctClasses) {
+						bad.Add(1)
+					}
+				case op < 70:
+					// The batch path: prepared, then looked up after other
+					// work (here a yield) so that the headers go stale.
+					var q ConnQuery
+					ct.Prepare(&q, k)
+					if n%8 == 0 {
+						runtime.Gosched()
+					}
+					if be, cl, ok := ct.LookupPrepared(&q, now); ok && (be>>8 != uint32(id) || cl >= ctClasses) {
 						bad.Add(1)
 					}
 				case op < 88:
@@ -753,4 +774,62 @@ func TestConnTableFillToCapacity(t *testing.T) {
 	assert.Equal(t, n-int(st.Refused), ct.Len())
 	assert.LessOrEqual(t, float64(ct.MemoryBytes())/float64(ct.Len()), 64.0, "B/flow")
 	t.Logf("refused %d of %d; %.1f B/flow", st.Refused, n, float64(ct.MemoryBytes())/float64(ct.Len()))
+}
+
+// TestConnTablePrepared: the prepared operations agree with the plain
+// ones, in both directions and for both families, also when the table
+// changed between Prepare and the operation (a stale header), and a query
+// of an invalid key fails like the plain calls.
+func TestConnTablePrepared(t *testing.T) {
+	for _, fam := range []int{4, 6} {
+		t.Run(fmt.Sprint("IPv", fam), func(t *testing.T) {
+			ct := newCT(t, ConnTableConfig{Capacity: 4096})
+			const n = 500
+			qs := make([]ConnQuery, n)
+			for i := range n {
+				k := ctKeyOf(fam, uint32(i))
+				ct.Prepare(&qs[i], &k)
+			}
+			// Half inserted through queries, half plainly, after every
+			// query was prepared: all headers the queries hold are stale.
+			for i := range n {
+				k := ctKeyOf(fam, uint32(i))
+				if i%2 == 0 {
+					require.True(t, ct.InsertPrepared(&qs[i], uint32(i+1), ClassUDP, 10).Stored())
+				} else {
+					require.True(t, ct.Insert(&k, uint32(i+1), ClassUDP, 10).Stored())
+				}
+			}
+			for i := range n {
+				k := ctKeyOf(fam, uint32(i))
+				b, c, ok := ct.LookupPrepared(&qs[i], 11)
+				require.True(t, ok, i)
+				require.Equal(t, uint32(i+1), b)
+				require.Equal(t, ClassUDP, c)
+				b2, _, ok := ct.Lookup(&k, 11)
+				require.True(t, ok)
+				require.Equal(t, b, b2)
+			}
+			require.True(t, ct.SetClassPrepared(&qs[7], ClassClosing, 12))
+			k := ctKeyOf(fam, 7)
+			_, c, _ := ct.Lookup(&k, 12)
+			require.Equal(t, ClassClosing, c)
+			require.True(t, ct.Delete(&k))
+			_, _, ok := ct.LookupPrepared(&qs[7], 12)
+			require.False(t, ok, "deleted after Prepare")
+			require.False(t, ct.SetClassPrepared(&qs[7], ClassUDP, 12))
+			require.Equal(t, InsertInvalid, ct.InsertPrepared(&qs[8], 1, StateClass(9), 12))
+		})
+	}
+	ct := newCT(t, ConnTableConfig{Capacity: 64})
+	var q ConnQuery
+	_, _, ok := ct.LookupPrepared(&q, 1)
+	require.False(t, ok, "the zero query")
+	bad := ctKey4(1)
+	bad.VNI = 1 << 24
+	ct.Prepare(&q, &bad)
+	require.Equal(t, InsertInvalid, ct.InsertPrepared(&q, 1, ClassUDP, 1))
+	_, _, ok = ct.LookupPrepared(&q, 1)
+	require.False(t, ok)
+	require.False(t, ct.SetClassPrepared(&q, ClassUDP, 1))
 }
