@@ -22,6 +22,7 @@ package balance
 
 import (
 	"errors"
+	"math/bits"
 
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
@@ -50,10 +51,17 @@ type Config struct {
 	DropOnConnFull bool
 }
 
-// Stage is the balancing stage. It is safe for concurrent use by several
-// workers.
+// Stage is the balancing stage. It is safe for concurrent use by the
+// workers of one engine.Engine (distinct Batch.Worker indices).
+//
+// It works on a batch in two passes: the first finds every packet's rule,
+// computes its flow hash and prepares its connection-table lookup
+// (flow.ConnTable.Prepare: the buckets' cache misses of the whole batch in
+// flight together, and the independent hash computations overlapping); the
+// second finishes the lookups and places the flows.
 type Stage struct {
-	cfg Config
+	cfg     Config
+	queries engine.PerWorker[[engine.MaxBatch]flow.ConnQuery]
 }
 
 // New returns a Stage for cfg.
@@ -67,36 +75,82 @@ func New(cfg Config) (*Stage, error) {
 // Process implements engine.Stage.
 func (s *Stage) Process(b *engine.Batch) {
 	snap := s.cfg.Rules.Load()
-	var now flow.Tick
-	if s.cfg.Conns != nil {
-		now = s.cfg.Conns.Now()
+	pkts := b.Packets()
+	ct := s.cfg.Conns
+	if ct == nil {
+		for _, p := range pkts {
+			if r := s.stateless(snap, p); r != 0 {
+				b.Drop(p, r)
+			}
+		}
+		return
 	}
-	for _, p := range b.Packets() {
-		if r := s.balance(snap, p, now); r != 0 {
+	qs := s.queries.Get(b.Worker)
+	if qs == nil {
+		qs = new([engine.MaxBatch]flow.ConnQuery) // a worker index past engine.MaxWorkers
+	}
+	now := ct.Now()
+	// Pass 1: rule, hash and the prepared lookup of every packet; live
+	// marks the packets pass 2 places.
+	var live uint64
+	for i, p := range pkts {
+		r, reason := s.rule(snap, p)
+		if reason != 0 {
+			b.Drop(p, reason)
+			continue
+		}
+		p.Rule = r
+		p.Hash = s.cfg.Hasher.Hash(&p.Key, r.Mode)
+		if p.Flags&engine.FlagFragment == 0 {
+			ct.Prepare(&qs[i], &p.Key)
+		}
+		live |= 1 << uint(i)
+	}
+	// Pass 2: finish the lookups, place the flows.
+	for ; live != 0; live &= live - 1 {
+		i := bits.TrailingZeros64(live)
+		p := pkts[i]
+		if r := s.place(snap, p, &qs[i], now); r != 0 {
 			b.Drop(p, r)
 		}
 	}
 }
 
-func (s *Stage) balance(snap *flow.Snapshot, p *engine.Packet, now flow.Tick) engine.DropReason {
-	k := &p.Key
-	var r *flow.Rule
-	if p.Flags&engine.FlagNonFirstFrag != 0 {
+// rule finds p's rule, or why there is none.
+func (s *Stage) rule(snap *flow.Snapshot, p *engine.Packet) (*flow.Rule, engine.DropReason) {
+	r := snap.Lookup(&p.Key)
+	if r == nil {
+		return nil, engine.DropNoRule
+	}
+	if p.Flags&engine.FlagNonFirstFrag != 0 && (r.VIP.Port != 0 || r.Mode == flow.Tuple5) {
 		// Only an all-ports rule hashing no ports can place it.
-		if r = snap.Lookup(k); r == nil {
-			return engine.DropNoRule
-		}
-		if r.VIP.Port != 0 || r.Mode == flow.Tuple5 {
-			return DropFragment
-		}
-	} else if r = snap.Lookup(k); r == nil {
-		return engine.DropNoRule
+		return nil, DropFragment
+	}
+	return r, 0
+}
+
+// stateless balances p by its hash alone (no connection table).
+func (s *Stage) stateless(snap *flow.Snapshot, p *engine.Packet) engine.DropReason {
+	r, reason := s.rule(snap, p)
+	if reason != 0 {
+		return reason
 	}
 	p.Rule = r
-	p.Hash = s.cfg.Hasher.Hash(k, r.Mode)
+	p.Hash = s.cfg.Hasher.Hash(&p.Key, r.Mode)
+	idx, ok := r.Pick(p.Hash)
+	if !ok {
+		return engine.DropNoBackend
+	}
+	p.Backend = int32(idx)
+	return 0
+}
 
+// place decides p's backend (p.Rule and p.Hash set, q prepared unless p is
+// a fragment).
+func (s *Stage) place(snap *flow.Snapshot, p *engine.Packet, q *flow.ConnQuery, now flow.Tick) engine.DropReason {
+	r := p.Rule
 	ct := s.cfg.Conns
-	if ct == nil || p.Flags&engine.FlagFragment != 0 {
+	if p.Flags&engine.FlagFragment != 0 {
 		// Fragments are placed by hash alone: the first fragment and the
 		// rest must agree, and the rest have no ports to key an entry.
 		idx, ok := r.Pick(p.Hash)
@@ -111,7 +165,7 @@ func (s *Stage) balance(snap *flow.Snapshot, p *engine.Packet, now flow.Tick) en
 		// An ICMP error goes where its flow goes; it neither creates nor
 		// advances an entry.
 		idx := -1
-		if id, _, ok := ct.Lookup(k, now); ok {
+		if id, _, ok := ct.LookupPrepared(q, now); ok {
 			if br, i, found := snap.Backend(id); found && br == r && r.Backends[i].State != flow.BackendDown {
 				idx = i
 			}
@@ -127,11 +181,11 @@ func (s *Stage) balance(snap *flow.Snapshot, p *engine.Packet, now flow.Tick) en
 	}
 
 	class := classOf(p)
-	if id, cur, ok := ct.Lookup(k, now); ok {
+	if id, cur, ok := ct.LookupPrepared(q, now); ok {
 		if br, idx, found := snap.Backend(id); found && br == r && r.Backends[idx].State != flow.BackendDown {
 			p.Backend = int32(idx)
 			if next := advance(cur, class); next != cur {
-				ct.SetClass(k, next, now)
+				ct.SetClassPrepared(q, next, now)
 			}
 			return 0
 		}
@@ -150,7 +204,7 @@ func (s *Stage) balance(snap *flow.Snapshot, p *engine.Packet, now flow.Tick) en
 		// long-lived entries.
 		class = flow.ClassUntrusted
 	}
-	if res := ct.Insert(k, r.Backends[idx].ID, class, now); !res.Stored() {
+	if res := ct.InsertPrepared(q, r.Backends[idx].ID, class, now); !res.Stored() {
 		if s.cfg.DropOnConnFull {
 			return DropConnFull
 		}
