@@ -310,11 +310,11 @@ func (e *Encap) encap(b *engine.Batch, p *engine.Packet) engine.DropReason {
 		ip[1] = tc
 		ip.SetTotalLength(total)
 		ip.SetDst(dst)
-		sum := header.ChecksumCombine(e.ip4Sum, uint16(tc))
-		sum = header.ChecksumCombine(sum, total)
-		sum = header.ChecksumCombine(sum, uint16(dst[0])<<8|uint16(dst[1]))
-		sum = header.ChecksumCombine(sum, uint16(dst[2])<<8|uint16(dst[3]))
-		ip.SetChecksum(^sum)
+		// Five 16-bit terms: the 32-bit sum cannot overflow, and one
+		// end-around fold (two steps) finishes it.
+		sum := uint32(e.ip4Sum) + uint32(tc) + uint32(total) +
+			(uint32(dst[0])<<8 | uint32(dst[1])) + (uint32(dst[2])<<8 | uint32(dst[3]))
+		ip.SetChecksum(^header.ChecksumCombine(uint16(sum>>16), uint16(sum)))
 		u := header.UDP(f[header.EthernetSize+header.IPv4MinSize:])
 		u.Encode(sport, e.cfg.Port, udpLen)
 		header.VXLAN(u[header.UDPSize:]).Encode(vni)
