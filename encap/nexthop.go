@@ -74,6 +74,15 @@ type NextHopConfig struct {
 	// (Packet.OutPort). A hop through an interface not listed is dropped
 	// with no_out_port.
 	Ports map[int]uint16
+	// SlowPath sends what the stage cannot address itself — a destination
+	// not resolved yet (the resolver has been asked), or a hop through an
+	// interface without a port — out of the worker port SlowPort instead
+	// of dropping it: an engine/rawip.Port there hands it to the kernel,
+	// which routes it and resolves the neighbour itself. The packets are
+	// counted there (rawip.Port.Stats), and the frame's Ethernet header is
+	// left as it was.
+	SlowPath bool
+	SlowPort uint16
 }
 
 // Validate reports a configuration that cannot work.
@@ -97,7 +106,8 @@ func (c NextHopConfig) Validate() error {
 // MACs as the frame's Ethernet source and destination and sets
 // Packet.OutPort to the port of the hop's interface. An unresolved
 // destination is dropped with nexthop_unresolved (the resolver is already
-// resolving it), a non-IP frame with unsupported.
+// resolving it), or with NextHopConfig.SlowPath sent through the kernel;
+// a non-IP frame is dropped with unsupported.
 //
 // Answers are cached per worker (engine.PerWorker, keyed by Batch.Worker)
 // in a small direct-mapped table when the resolver is a VersionedResolver
@@ -218,12 +228,12 @@ func (s *NextHop) process(b *engine.Batch, c *hopCache) {
 		e := &c.e[hopIndex(a0, a1, family)]
 		if e.family != family || e.a0 != a0 || e.a1 != a1 {
 			if missReason != 0 && missFamily == family && missA0 == a0 && missA1 == a1 {
-				b.Drop(p, missReason)
+				s.miss(b, p, missReason)
 				continue
 			}
 			if r := s.fill(e, a0, a1, family); r != 0 {
 				missA0, missA1, missFamily, missReason = a0, a1, family, r
-				b.Drop(p, r)
+				s.miss(b, p, r)
 				continue
 			}
 		}
@@ -232,6 +242,16 @@ func (s *NextHop) process(b *engine.Batch, c *hopCache) {
 		eth.SetSrc(e.src)
 		p.OutPort = e.out
 	}
+}
+
+// miss handles a packet the stage cannot address: the slow path, or a
+// drop with reason r.
+func (s *NextHop) miss(b *engine.Batch, p *engine.Packet, r engine.DropReason) {
+	if s.cfg.SlowPath {
+		p.OutPort = s.cfg.SlowPort
+		return
+	}
+	b.Drop(p, r)
 }
 
 // fill asks the resolver for a destination and caches the answer in e, or

@@ -239,6 +239,30 @@ func TestNextHopWorkerCache(t *testing.T) {
 	require.Equal(t, before+1, res.calls, "one refresh in 1100 batches")
 }
 
+// TestNextHopSlowPath: with SlowPath, what the stage cannot address
+// (unresolved, or a hop through an interface without a port) leaves
+// through SlowPort untouched instead of being dropped; the resolver is
+// still asked, and resolved destinations are unaffected.
+func TestNextHopSlowPath(t *testing.T) {
+	unres := netip.MustParseAddr("198.19.9.9")
+	a, u, o := encapsulated(t, host4)[0], encapsulated(t, unres)[0], encapsulated(t, outside)[0]
+	res := newResolver()
+	s, err := encap.NewNextHop(encap.NextHopConfig{Mode: encap.OuterDst, Ports: map[int]uint16{4: 0, 5: 1},
+		SlowPath: true, SlowPort: 9}, res)
+	require.NoError(t, err)
+	r := newRig(t)
+	ps := r.loadRaw(a, u, o, u)
+	r.run(s)
+	require.Len(t, r.b.Packets(), 4, "nothing dropped")
+	require.EqualValues(t, 0, ps[0].OutPort)
+	require.Equal(t, header.MAC(hopMAC), header.Ethernet(ps[0].Data()).Dst())
+	for _, i := range []int{1, 2, 3} {
+		require.EqualValues(t, 9, ps[i].OutPort, "packet %d", i)
+	}
+	require.Equal(t, u, data(ps[1]), "the slow path's frame is left as it was")
+	require.Equal(t, 4, res.calls, "a, u, o, u: only the last miss is remembered")
+}
+
 func TestNextHopConfig(t *testing.T) {
 	res := newResolver()
 	for _, c := range []encap.NextHopConfig{
