@@ -10,6 +10,7 @@ import (
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/engine/afxdp"
 	"github.com/xdplb/xdplb/engine/nexthop"
+	"github.com/xdplb/xdplb/engine/rawip"
 	"github.com/xdplb/xdplb/engine/steer"
 	"github.com/xdplb/xdplb/nat"
 )
@@ -36,6 +37,7 @@ type dataPath struct {
 	uplink *iface
 	vms    []*iface // in plan.Ports order
 	ports  []*afxdp.Port
+	slow   *rawip.Port // replies the data path cannot address: to the kernel
 	nat    *nat.Translator
 	eng    *engine.Engine
 }
@@ -106,6 +108,12 @@ func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *
 		return nil, fmt.Errorf("hostagent: %w", err)
 	}
 	dp.nat.SetLocals(dips)
+	// The slow path: a reply to a client whose next hop the resolver has
+	// not resolved yet (the first reply to every new client) goes through
+	// the kernel instead of being dropped.
+	if dp.slow, err = rawip.Open("kernel"); err != nil {
+		return nil, fmt.Errorf("hostagent: %w", err)
+	}
 	inbound, returns, err := a.pipelines(plan, dp.nat, up.Index, resolver)
 	if err != nil {
 		return nil, err
@@ -144,7 +152,11 @@ func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *
 			}
 		}
 	}
-	// Extra queues go after the shared layout, as receive-only inputs.
+	// The slow-path port follows the shared layout: port slowPort(plan)
+	// of every worker. Extra queues go after it, as receive-only inputs.
+	for w := range cfgs {
+		cfgs[w].Ports = append(cfgs[w].Ports, dp.slow)
+	}
 	for _, f := range all {
 		for q := workers; q < f.queues; q++ {
 			pl := inbound
@@ -185,7 +197,8 @@ func (a *Agent) pipelines(plan *Plan, tr *nat.Translator, uplinkIndex int, r enc
 	if err != nil {
 		return nil, nil, fmt.Errorf("hostagent: %w", err)
 	}
-	nh, err := encap.NewNextHop(encap.NextHopConfig{Mode: encap.L3Dst, Ports: map[int]uint16{uplinkIndex: UplinkPort}}, r)
+	nh, err := encap.NewNextHop(encap.NextHopConfig{Mode: encap.L3Dst, Ports: map[int]uint16{uplinkIndex: UplinkPort},
+		SlowPath: true, SlowPort: slowPort(plan)}, r)
 	if err != nil {
 		return nil, nil, fmt.Errorf("hostagent: %w", err)
 	}
@@ -196,6 +209,10 @@ func (a *Agent) pipelines(plan *Plan, tr *nat.Translator, uplinkIndex int, r enc
 	}
 	return inbound, returns, nil
 }
+
+// slowPort is the index of the slow-path port in every worker's ports:
+// after the uplink and the VM ports.
+func slowPort(plan *Plan) uint16 { return uint16(1 + len(plan.Ports)) }
 
 func indexOf(fs []*iface, f *iface) int {
 	for i := range fs {
@@ -233,6 +250,9 @@ func (dp *dataPath) close() {
 	}
 	for _, p := range dp.ports {
 		_ = p.Close()
+	}
+	if dp.slow != nil {
+		_ = dp.slow.Close()
 	}
 	for _, f := range all {
 		if f != nil && f.prog != nil {

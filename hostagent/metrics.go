@@ -84,6 +84,7 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	gauge(descUp, 1)
+	nodemetrics.SlowPath(ch, dp.slow)
 	for _, f := range append([]*iface{dp.uplink}, dp.vms...) {
 		nodemetrics.Steer(ch, f.name, f.prog)
 		for _, p := range f.sockets {

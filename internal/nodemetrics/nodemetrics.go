@@ -15,6 +15,7 @@ import (
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/engine/afxdp"
+	"github.com/xdplb/xdplb/engine/rawip"
 	"github.com/xdplb/xdplb/engine/steer"
 )
 
@@ -27,11 +28,12 @@ var (
 	descSteer    = prometheus.NewDesc("xdplb_steer_packets_total", "Packets seen by the XDP steering program of an interface, by outcome.", []string{"interface", "outcome"}, nil)
 	descXSK      = prometheus.NewDesc("xdplb_xsk_kernel_total", "AF_XDP socket statistics from the kernel, per interface and queue.", []string{"interface", "queue", "counter"}, nil)
 	descXSKTX    = prometheus.NewDesc("xdplb_xsk_tx_frames_total", "Frames transmitted per AF_XDP socket (copied: from another interface's socket).", []string{"interface", "queue", "kind"}, nil)
+	descSlow     = prometheus.NewDesc("xdplb_slowpath_packets_total", "Packets the data path handed to the kernel to route (next hop not resolved yet), by result.", []string{"result"}, nil)
 )
 
 // Describe sends the shared descriptors.
 func Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descDrops, descVersion, descSync, descRejected, descSteer, descXSK, descXSKTX} {
+	for _, d := range []*prometheus.Desc{descPackets, descDrops, descVersion, descSync, descRejected, descSteer, descXSK, descXSKTX, descSlow} {
 		ch <- d
 	}
 }
@@ -95,4 +97,12 @@ func XSK(ch chan<- prometheus.Metric, ifname string, p *afxdp.Port) {
 	Counter(ch, descXSK, k.TXInvalidDescs, ifname, q, "tx_invalid")
 	Counter(ch, descXSKTX, ps.TXFrames-ps.TXCopied, ifname, q, "own")
 	Counter(ch, descXSKTX, ps.TXCopied, ifname, q, "copied")
+}
+
+// SlowPath sends the counters of the slow-path port (engine/rawip).
+func SlowPath(ch chan<- prometheus.Metric, p *rawip.Port) {
+	st := p.Stats()
+	Counter(ch, descSlow, st.Sent, "sent")
+	Counter(ch, descSlow, st.Errors, "error")
+	Counter(ch, descSlow, st.Malformed, "malformed")
 }
