@@ -1,6 +1,8 @@
 package nat
 
 import (
+	"math/bits"
+
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/header"
@@ -33,44 +35,58 @@ import (
 // documentation.
 type Inbound struct{ t *Translator }
 
-// Process implements engine.Stage.
+// Process implements engine.Stage. It works in two passes: the first
+// translates every packet and prepares the lookup of its connection
+// (flow.ConnTable.Prepare, so the table's cache misses of the whole batch
+// overlap); the second records the connections.
 func (s *Inbound) Process(b *engine.Batch) {
 	t := s.t
 	v := t.current()
 	now := t.clock()
+	sc := t.scratchFor(b.Worker)
 	var c counts
-	for _, p := range b.Packets() {
-		if r := t.inbound(v, p, now, &c); r != 0 {
+	var pending uint64 // packets whose connection pass 2 records
+	for i, p := range b.Packets() {
+		r, tracked := t.inbound(v, p, &sc.q[i], &sc.track[i], &c)
+		if r != 0 {
 			b.Drop(p, r)
+		} else if tracked {
+			pending |= 1 << uint(i)
 		}
+	}
+	for ; pending != 0; pending &= pending - 1 {
+		i := bits.TrailingZeros64(pending)
+		t.track(&sc.q[i], &sc.track[i], now, &c)
 	}
 	t.flush(b.Worker, &c)
 }
 
-func (t *Translator) inbound(v *view, p *engine.Packet, now flow.Tick, c *counts) engine.DropReason {
+// inbound translates p; for a connection to record it prepares q and fills
+// pt and reports tracked.
+func (t *Translator) inbound(v *view, p *engine.Packet, q *flow.ConnQuery, pt *pendingTrack, c *counts) (_ engine.DropReason, tracked bool) {
 	k := &p.Key
 	if p.Flags&(engine.FlagIPv4|engine.FlagIPv6) == 0 || !k.IsValid() {
-		return engine.DropUnsupported
+		return engine.DropUnsupported, false
 	}
 	if p.L4Proto == flow.ProtoICMP || p.L4Proto == flow.ProtoICMPv6 {
 		if isICMPError(p) {
 			// From a router, about the connection to the quoted client.
-			return t.inboundICMPError(v, p, c)
+			return t.inboundICMPError(v, p, c), false
 		}
 	}
 	if t.infra.contains(k.Family, &k.Src) {
-		return DropInfra
+		return DropInfra, false
 	}
 	if p.Flags&engine.FlagNonFirstFrag != 0 {
-		return t.inboundFragment(v, p, c)
+		return t.inboundFragment(v, p, c), false
 	}
 	r := v.snap.Lookup(k)
 	if r == nil {
-		return DropNoRule
+		return DropNoRule, false
 	}
 	lb := v.rules[r.ID].pick(macWord(p.Data()))
 	if lb == nil {
-		return DropNoLocalBackend
+		return DropNoLocalBackend, false
 	}
 	vport := k.DstPort
 	dport := lb.port
@@ -81,29 +97,32 @@ func (t *Translator) inbound(v *view, p *engine.Packet, now flow.Tick, c *counts
 		p.Hash = t.hasher.SymmetricHash(k) // client → VIP, before translation
 	}
 	if !rewrite(p, header.SideDst, &lb.addr, dport) {
-		return engine.DropUnsupported
+		return engine.DropUnsupported, false
 	}
 	// The return key, (VNI, proto, DIP:dport → client:cport), built in
 	// place rather than by copying the key around with Reverse.
-	var ret flow.Key
+	ret := &pt.ret
+	*ret = flow.Key{}
 	ret.Src, ret.Dst = lb.addr, k.Src
 	ret.SrcPort, ret.DstPort = dport, k.SrcPort
 	ret.VNI, ret.Proto, ret.Family = k.VNI, k.Proto, k.Family
 	k.Dst, k.DstPort = lb.addr, dport
 	p.Rule, p.Backend = r, lb.idx
-	t.track(&ret, lb, vport, classOf(p), now, c)
+	pt.lb, pt.vport, pt.seen = lb, vport, classOf(p)
+	t.table.conns.Prepare(q, ret)
 	c[cInbound]++
-	return 0
+	return 0, true
 }
 
-// track records or refreshes the connection whose return key is ret, given
-// the class the client's packet suggests.
-func (t *Translator) track(ret *flow.Key, lb *localBackend, vport uint16, seen flow.StateClass, now flow.Tick, c *counts) {
+// track records or refreshes the connection pt (prepared as q), given the
+// class the client's packet suggests.
+func (t *Translator) track(q *flow.ConnQuery, pt *pendingTrack, now flow.Tick, c *counts) {
 	conns := t.table.conns
-	if id, cur, ok := conns.Lookup(ret, now); ok && id == lb.id {
+	ret, lb, vport, seen := &pt.ret, pt.lb, pt.vport, pt.seen
+	if id, cur, ok := conns.LookupPrepared(q, now); ok && id == lb.id {
 		next := advance(cur, seen)
 		if next != cur {
-			conns.SetClass(ret, next, now)
+			conns.SetClassPrepared(q, next, now)
 		}
 		if lb.needPort {
 			// Keep the side entry as fresh as the main one, and right.
@@ -121,7 +140,7 @@ func (t *Translator) track(ret *flow.Key, lb *localBackend, vport uint16, seen f
 		// fill the table with long-lived entries (as the Mux does).
 		class = flow.ClassUntrusted
 	}
-	if res := conns.Insert(ret, lb.id, class, now); !res.Stored() {
+	if res := conns.InsertPrepared(q, lb.id, class, now); !res.Stored() {
 		c[cRefused]++
 		return
 	}

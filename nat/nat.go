@@ -93,6 +93,34 @@ type Translator struct {
 	build  sync.Mutex // held while building a view
 
 	stripes []statStripe
+
+	// Per-worker scratch of the two-pass stages: a batch's prepared
+	// connection-table queries.
+	scratch engine.PerWorker[batchScratch]
+}
+
+// batchScratch holds what a stage's first pass leaves for its second, per
+// packet of a batch.
+type batchScratch struct {
+	q     [engine.MaxBatch]flow.ConnQuery
+	track [engine.MaxBatch]pendingTrack
+}
+
+// pendingTrack is an inbound packet's connection to record in pass 2.
+type pendingTrack struct {
+	ret   flow.Key // the return key (for the VIP-port side table)
+	lb    *localBackend
+	vport uint16
+	seen  flow.StateClass
+}
+
+// scratchFor returns worker w's scratch (a fresh one past
+// engine.MaxWorkers).
+func (t *Translator) scratchFor(w int) *batchScratch {
+	if s := t.scratch.Get(w); s != nil {
+		return s
+	}
+	return new(batchScratch)
 }
 
 // statStripes is the number of counter stripes; worker w adds into stripe

@@ -36,44 +36,91 @@ import (
 //     moves the connection to the closing class.
 type Return struct{ t *Translator }
 
-// Process implements engine.Stage.
+// Process implements engine.Stage. It works in two passes: the first
+// prepares the connection-table lookup of every reply
+// (flow.ConnTable.Prepare, so the table's cache misses of the whole batch
+// overlap), the second translates.
 func (s *Return) Process(b *engine.Batch) {
 	t := s.t
 	v := t.current()
 	now := t.clock()
+	sc := t.scratchFor(b.Worker)
+	pkts := b.Packets()
 	var c counts
-	for _, p := range b.Packets() {
-		if r := t.reply(v, p, now, &c); r != 0 {
+	var plain uint64 // replies looked up by their own key
+	for i, p := range pkts {
+		if t.replyKind(p) == replyPlain {
+			t.table.conns.Prepare(&sc.q[i], &p.Key)
+			plain |= 1 << uint(i)
+		}
+	}
+	for i, p := range pkts {
+		var r engine.DropReason
+		if plain&(1<<uint(i)) != 0 {
+			r = t.replyPlain(v, p, &sc.q[i], now, &c)
+		} else {
+			r = t.reply(v, p, now, &c)
+		}
+		if r != 0 {
 			b.Drop(p, r)
 		}
 	}
 	t.flush(b.Worker, &c)
 }
 
-func (t *Translator) reply(v *view, p *engine.Packet, now flow.Tick, c *counts) engine.DropReason {
+// Kinds of packets the Return stage sees.
+const (
+	replyPlain = iota // a TCP/UDP/ICMP packet to translate by its own key
+	replyUnsupported
+	replyInfra
+	replyFragment
+	replyICMPError
+)
+
+// replyKind sorts a packet from a VM.
+func (t *Translator) replyKind(p *engine.Packet) int {
 	k := &p.Key
-	if p.Flags&(engine.FlagIPv4|engine.FlagIPv6) == 0 || !k.IsValid() {
+	switch {
+	case p.Flags&(engine.FlagIPv4|engine.FlagIPv6) == 0 || !k.IsValid():
+		return replyUnsupported
+	case t.infra.contains(k.Family, &k.Dst):
+		return replyInfra
+	case p.Flags&engine.FlagNonFirstFrag != 0:
+		return replyFragment
+	case (p.L4Proto == flow.ProtoICMP || p.L4Proto == flow.ProtoICMPv6) && isICMPError(p):
+		return replyICMPError
+	}
+	return replyPlain
+}
+
+// reply translates one packet from a VM without a prepared query.
+func (t *Translator) reply(v *view, p *engine.Packet, now flow.Tick, c *counts) engine.DropReason {
+	switch t.replyKind(p) {
+	case replyUnsupported:
 		return engine.DropUnsupported
-	}
-	if t.infra.contains(k.Family, &k.Dst) {
+	case replyInfra:
 		return DropInfra
-	}
-	if p.Flags&engine.FlagNonFirstFrag != 0 {
+	case replyFragment:
 		return t.replyFragment(v, p, c)
+	case replyICMPError:
+		return t.replyICMPError(v, p, now, c)
 	}
-	if p.L4Proto == flow.ProtoICMP || p.L4Proto == flow.ProtoICMPv6 {
-		if isICMPError(p) {
-			return t.replyICMPError(v, p, now, c)
-		}
-	}
+	var q flow.ConnQuery
+	t.table.conns.Prepare(&q, &p.Key)
+	return t.replyPlain(v, p, &q, now, c)
+}
+
+// replyPlain translates a plain reply whose lookup q prepared.
+func (t *Translator) replyPlain(v *view, p *engine.Packet, q *flow.ConnQuery, now flow.Tick, c *counts) engine.DropReason {
+	k := &p.Key
 	var (
 		vip   *[16]byte
 		vport uint16
 	)
-	if id, cur, ok := t.table.conns.Lookup(k, now); ok {
+	if id, cur, ok := t.table.conns.LookupPrepared(q, now); ok {
 		if vip, vport, ok = t.fromState(v, p, id, now); ok {
 			if cur != flow.ClassClosing && classOf(p) == flow.ClassClosing {
-				t.table.conns.SetClass(k, flow.ClassClosing, now)
+				t.table.conns.SetClassPrepared(q, flow.ClassClosing, now)
 				t.table.ports.SetClass(k, flow.ClassClosing, now) // if it has a side entry
 			}
 			c[cReturn]++
