@@ -13,6 +13,7 @@ import (
 
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/internal/benchutil"
 	"github.com/xdplb/xdplb/nat"
 )
 
@@ -168,9 +169,17 @@ func BenchmarkHostAgentPipeline(b *testing.B) {
 				}
 				before := r.tr.Stats()
 				b.ReportAllocs()
+				var cpu benchutil.CPUTimer
 				b.ResetTimer()
+				cpu.Start()
 				n := r.run(w, b.N)
+				cpuNs := cpu.Stop()
 				b.StopTimer()
+				if cpuNs > 0 {
+					// The thread's CPU time: on a shared machine, wall
+					// time also counts the waits for a core.
+					b.ReportMetric(float64(cpuNs)/float64(n), "cpu-ns/pkt")
+				}
 				var s engine.Stats
 				w.Counters().Snapshot(&s)
 				if s.Dropped() != 0 {
