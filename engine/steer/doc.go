@@ -48,7 +48,9 @@
 //
 // A steered packet goes to bpf_redirect_map(steer_xsks, rx_queue_index,
 // XDP_PASS): a queue without a socket passes the packet to the kernel
-// (Stats.NoSocket), so steering never drops.
+// (Stats.NoSocket), so steering never drops — unless SetDropNoSocket asks
+// for it (Stats.NoSocketDropped): a Host Agent's VM ports, where a reply
+// passed to the kernel would leave untranslated.
 //
 // Ports and fragments: only TCP and UDP have ports. A non-first IPv4
 // fragment (offset != 0) has none, so it matches only (dst, proto, any

@@ -228,3 +228,33 @@ func TestNoRules(t *testing.T) {
 		require.False(t, outcomeOf(t, d).steered(), c.name)
 	}
 }
+
+// TestDropNoSocket: with SetDropNoSocket a steered frame on a queue
+// without a socket is dropped and counted as NoSocketDropped; frames no
+// rule steers still pass; a registered socket still gets its frames; off
+// again, the frame passes.
+func TestDropNoSocket(t *testing.T) {
+	p := loadOrSkip(t, Options{MaxQueues: 4})
+	require.NoError(t, p.SteerSrc(dipAny4, 0))
+	require.NoError(t, p.SetDropNoSocket(true))
+	reply := icmp(dipAny4, client4).frame(t)
+	ret, d := runFrame(t, p, reply)
+	assert.Equal(t, uint32(xdpDrop), ret)
+	assert.Equal(t, Stats{NoSocketDropped: 1, MatchedSrc: 1}, d)
+	assert.Zero(t, d.Passed())
+	assert.EqualValues(t, 1, d.Packets())
+
+	ret, d = runFrame(t, p, icmp(client4, dipAny4).frame(t))
+	assert.Equal(t, uint32(xdpPass), ret, "not steered: passes")
+	assert.Equal(t, Stats{NoMatch: 1}, d)
+
+	require.NoError(t, p.RegisterSocket(0, xskFD(t)))
+	ret, _ = runFrame(t, p, reply)
+	assert.Equal(t, uint32(xdpRedirect), ret)
+	require.NoError(t, p.UnregisterSocket(0))
+
+	require.NoError(t, p.SetDropNoSocket(false))
+	ret, d = runFrame(t, p, reply)
+	assert.Equal(t, uint32(xdpPass), ret)
+	assert.Equal(t, Stats{NoSocket: 1, MatchedSrc: 1}, d)
+}

@@ -140,6 +140,7 @@ func runFrame(tb testing.TB, p *Program, frame []byte) (uint32, Stats) {
 }
 
 const (
+	xdpDrop     = 1
 	xdpPass     = 2
 	xdpRedirect = 4
 )

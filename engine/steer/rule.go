@@ -124,15 +124,16 @@ const (
 	kindSrc4   = 5
 	kindSrc6   = 6
 
-	classDstPort  = 1 << 0
-	classDstProto = 1 << 1
-	classDstAddr  = 1 << 2
-	classVXLAN    = 1 << 3
-	classSrcPort  = 1 << 4
-	classSrcAddr  = 1 << 5
-	classInfra    = 1 << 6
-	numClasses    = 7
-	classAll      = 1 << 7 // not a rule class: SetSteerAll
+	classDstPort   = 1 << 0
+	classDstProto  = 1 << 1
+	classDstAddr   = 1 << 2
+	classVXLAN     = 1 << 3
+	classSrcPort   = 1 << 4
+	classSrcAddr   = 1 << 5
+	classInfra     = 1 << 6
+	numClasses     = 7
+	classAll       = 1 << 7 // not a rule class: SetSteerAll
+	flagDropNoSock = 1 << 8 // not a rule class: SetDropNoSocket
 
 	lpmFamilyBits = 8 // the family byte in front of the address
 )

@@ -128,16 +128,20 @@ func (m AttachMode) flags() (link.XDPAttachFlags, error) {
 }
 
 // Stats are the program's counters summed over CPUs. Every packet the
-// program sees is counted once in Redirected or in one pass reason; a
-// steered packet (Redirected or NoSocket) is also counted in one Matched*.
+// program sees is counted once in Redirected, NoSocketDropped or in one
+// pass reason; a steered packet (Redirected, NoSocket or NoSocketDropped)
+// is also counted in one Matched*.
 type Stats struct {
 	Redirected uint64 // handed to the AF_XDP socket of its RX queue
 	NoSocket   uint64 // matched a rule, but its RX queue has no socket: passed
-	NoMatch    uint64 // IP, matched no rule: passed
-	NotIP      uint64 // not IPv4/IPv6 (ARP, LLDP, QinQ, ...): passed
-	Malformed  uint64 // truncated or inconsistent headers: passed
-	Infra      uint64 // source rule vetoed by an infrastructure prefix: passed
-	ND         uint64 // ICMPv6 neighbour discovery or MLD: passed
+	// NoSocketDropped: matched a rule, its RX queue has no socket, and
+	// SetDropNoSocket is on: dropped.
+	NoSocketDropped uint64
+	NoMatch         uint64 // IP, matched no rule: passed
+	NotIP           uint64 // not IPv4/IPv6 (ARP, LLDP, QinQ, ...): passed
+	Malformed       uint64 // truncated or inconsistent headers: passed
+	Infra           uint64 // source rule vetoed by an infrastructure prefix: passed
+	ND              uint64 // ICMPv6 neighbour discovery or MLD: passed
 
 	MatchedDst   uint64
 	MatchedVXLAN uint64
@@ -151,22 +155,23 @@ func (s Stats) Passed() uint64 {
 }
 
 // Packets is the number of packets the program ran on.
-func (s Stats) Packets() uint64 { return s.Redirected + s.Passed() }
+func (s Stats) Packets() uint64 { return s.Redirected + s.NoSocketDropped + s.Passed() }
 
 // Sub returns s - o, field by field: the counts between two reads.
 func (s Stats) Sub(o Stats) Stats {
 	return Stats{
-		Redirected:   s.Redirected - o.Redirected,
-		NoSocket:     s.NoSocket - o.NoSocket,
-		NoMatch:      s.NoMatch - o.NoMatch,
-		NotIP:        s.NotIP - o.NotIP,
-		Malformed:    s.Malformed - o.Malformed,
-		Infra:        s.Infra - o.Infra,
-		ND:           s.ND - o.ND,
-		MatchedDst:   s.MatchedDst - o.MatchedDst,
-		MatchedVXLAN: s.MatchedVXLAN - o.MatchedVXLAN,
-		MatchedSrc:   s.MatchedSrc - o.MatchedSrc,
-		MatchedAll:   s.MatchedAll - o.MatchedAll,
+		Redirected:      s.Redirected - o.Redirected,
+		NoSocket:        s.NoSocket - o.NoSocket,
+		NoSocketDropped: s.NoSocketDropped - o.NoSocketDropped,
+		NoMatch:         s.NoMatch - o.NoMatch,
+		NotIP:           s.NotIP - o.NotIP,
+		Malformed:       s.Malformed - o.Malformed,
+		Infra:           s.Infra - o.Infra,
+		ND:              s.ND - o.ND,
+		MatchedDst:      s.MatchedDst - o.MatchedDst,
+		MatchedVXLAN:    s.MatchedVXLAN - o.MatchedVXLAN,
+		MatchedSrc:      s.MatchedSrc - o.MatchedSrc,
+		MatchedAll:      s.MatchedAll - o.MatchedAll,
 	}
 }
 
@@ -182,6 +187,7 @@ type Program struct {
 	counts  classCounts
 	classes uint32 // last value written to steer_config
 	all     bool   // SetSteerAll
+	dropNS  bool   // SetDropNoSocket
 	link    link.Link
 	closed  bool
 }
@@ -383,6 +389,7 @@ func (p *Program) Stats() (Stats, error) {
 	for _, c := range per {
 		s.Redirected += c.Redirected
 		s.NoSocket += c.NoSocket
+		s.NoSocketDropped += c.NoSocketDrop
 		s.NoMatch += c.NoMatch
 		s.NotIP += c.NotIp
 		s.Malformed += c.Malformed
@@ -632,12 +639,29 @@ func (p *Program) SetSteerAll(on bool) error {
 	return p.writeClasses(p.counts.mask())
 }
 
+// SetDropNoSocket makes a frame the program steers to a queue without a
+// registered socket be dropped (on) instead of passed to the kernel (off,
+// the default); either way it is counted in Stats.NoSocket. A Host Agent
+// sets it on its VM ports: while its sockets are re-opened (a data path
+// rebuild), a VM's reply must not reach the kernel, which would forward it
+// untranslated, with the DIP as its source, and make the client reset the
+// connection. Dropped, it is retransmitted.
+func (p *Program) SetDropNoSocket(on bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dropNS = on
+	return p.writeClasses(p.counts.mask())
+}
+
 func (p *Program) writeClasses(m uint32) error {
 	if p.closed {
 		return ErrClosed
 	}
 	if p.all {
 		m |= classAll
+	}
+	if p.dropNS {
+		m |= flagDropNoSock
 	}
 	if m == p.classes {
 		return nil

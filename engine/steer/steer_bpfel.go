@@ -35,18 +35,19 @@ type steerSteerConfig struct {
 }
 
 type steerSteerCounters struct {
-	_          structs.HostLayout
-	Redirected uint64
-	NoSocket   uint64
-	NoMatch    uint64
-	NotIp      uint64
-	Malformed  uint64
-	Infra      uint64
-	Nd         uint64
-	MatchDst   uint64
-	MatchVxlan uint64
-	MatchSrc   uint64
-	MatchAll   uint64
+	_            structs.HostLayout
+	Redirected   uint64
+	NoSocket     uint64
+	NoMatch      uint64
+	NotIp        uint64
+	Malformed    uint64
+	Infra        uint64
+	Nd           uint64
+	MatchDst     uint64
+	MatchVxlan   uint64
+	MatchSrc     uint64
+	MatchAll     uint64
+	NoSocketDrop uint64
 }
 
 // Names of all BPF objects in the ELF.

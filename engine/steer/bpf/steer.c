@@ -17,7 +17,8 @@
  *                         destination is in the infrastructure LPM trie
  *   otherwise                                              -> pass (no_match)
  * A hit calls bpf_redirect_map(xsks, rx_queue_index, XDP_PASS): with no
- * socket on that queue the packet passes (no_socket).
+ * socket on that queue the packet passes (no_socket), or is dropped when
+ * FLAG_DROP_NO_SOCKET is set.
  */
 
 typedef unsigned char __u8;
@@ -50,6 +51,7 @@ typedef __u32 __be32;
 #define BPF_MAP_TYPE_XSKMAP 17
 #define BPF_F_NO_PREALLOC 1
 
+#define XDP_DROP 1
 #define XDP_PASS 2
 #define XDP_REDIRECT 4
 
@@ -141,6 +143,7 @@ struct lpm_key {
 #define CLASS_SRC_ADDR (1 << 5)  /* (src, 0) */
 #define CLASS_INFRA (1 << 6)     /* infra trie not empty */
 #define CLASS_ALL (1 << 7)       /* steer every frame (l2fwd, benchmarks) */
+#define FLAG_DROP_NO_SOCKET (1 << 8) /* steered but no socket: drop, not pass */
 
 struct steer_config {
 	__u32 classes;
@@ -161,6 +164,7 @@ struct steer_counters {
 	__u64 match_vxlan;
 	__u64 match_src;
 	__u64 match_all;
+	__u64 no_socket_drop;
 };
 
 /* Sizes are placeholders: Load sets them from Options. */
@@ -394,9 +398,12 @@ match_vxlan:
 match_src:
 	st->match_src++;
 redirect:
-	ret = bpf_redirect_map(&steer_xsks, ctx->rx_queue_index, XDP_PASS);
+	ret = bpf_redirect_map(&steer_xsks, ctx->rx_queue_index,
+			       (classes & FLAG_DROP_NO_SOCKET) ? XDP_DROP : XDP_PASS);
 	if (ret == XDP_REDIRECT)
 		st->redirected++;
+	else if (ret == XDP_DROP)
+		st->no_socket_drop++;
 	else
 		st->no_socket++;
 	return ret;
