@@ -329,8 +329,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 
+	var kept map[string]*steer.Program // programs a rebuild hands over
 	for {
-		dp, err := a.start(ifi, resolver)
+		dp, err := a.start(ifi, resolver, kept)
 		if err != nil {
 			return err
 		}
@@ -352,8 +353,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err := <-engDone; err != nil && runErr == nil {
 			runErr = err
 		}
-		a.stop(dp)
-		if !rebuild || runErr != nil {
+		rebuild = rebuild && runErr == nil
+		kept = a.stop(dp, rebuild)
+		if !rebuild {
 			return runErr
 		}
 		a.log.Info("hostagent: the document changed the data path's structure: rebuilding it")
@@ -361,7 +363,7 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // start builds the data path for the current plan and publishes it.
-func (a *Agent) start(ifi *net.Interface, resolver *nexthop.Resolver) (*dataPath, error) {
+func (a *Agent) start(ifi *net.Interface, resolver *nexthop.Resolver, kept map[string]*steer.Program) (*dataPath, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	// A rebuild request raised before this build is served by it.
@@ -370,7 +372,7 @@ func (a *Agent) start(ifi *net.Interface, resolver *nexthop.Resolver) (*dataPath
 	default:
 	}
 	a.publish()
-	dp, err := a.open(a.plan, a.dips, ifi, resolver)
+	dp, err := a.open(a.plan, a.dips, ifi, resolver, kept)
 	if err != nil {
 		return nil, err
 	}
@@ -382,9 +384,11 @@ func (a *Agent) start(ifi *net.Interface, resolver *nexthop.Resolver) (*dataPath
 	return dp, nil
 }
 
-// stop retires a stopped data path: its counters are kept, its programs
-// detached and its sockets closed.
-func (a *Agent) stop(dp *dataPath) {
+// stop retires a stopped data path: its counters are kept, its sockets
+// closed, and its programs detached — or, for a rebuild, kept attached and
+// returned for the next data path, so that no VM reply reaches the kernel
+// in between.
+func (a *Agent) stop(dp *dataPath, rebuild bool) map[string]*steer.Program {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	addStats(&a.retired, dp.eng.Stats())
@@ -392,7 +396,7 @@ func (a *Agent) stop(dp *dataPath) {
 	if a.dp == dp {
 		a.dp = nil
 	}
-	dp.close()
+	return dp.close(rebuild)
 }
 
 // age sweeps the NAT table: the whole table about every 10 s.

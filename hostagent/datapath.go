@@ -44,20 +44,30 @@ type dataPath struct {
 
 // iface is one interface the data path serves.
 type iface struct {
-	name    string
-	index   int
-	queues  int
-	prog    *steer.Program
-	sockets []*afxdp.Port // by queue
+	name     string
+	index    int
+	queues   int
+	prog     *steer.Program
+	attached bool          // prog is attached to the interface
+	sockets  []*afxdp.Port // by queue
 }
 
 // open builds the data path for plan and attaches its programs. On error
 // everything built so far is released.
-func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *nexthop.Resolver) (_ *dataPath, err error) {
+//
+// kept are the steering programs a previous data path left attached (a
+// rebuild, see dataPath.close), by interface name: open takes over those
+// of interfaces it still serves — new rules, new sockets, never detached —
+// and detaches and closes the others.
+func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *nexthop.Resolver, kept map[string]*steer.Program) (_ *dataPath, err error) {
 	dp := &dataPath{plan: plan}
 	defer func() {
+		for _, prog := range kept { // not taken over
+			_ = prog.Detach()
+			_ = prog.Close()
+		}
 		if err != nil {
-			dp.close()
+			dp.close(false)
 		}
 	}()
 	newIface := func(name string, cfg steer.Config) (*iface, error) {
@@ -69,14 +79,27 @@ func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *
 		if err != nil {
 			return nil, fmt.Errorf("hostagent: queues of %s: %w", name, err)
 		}
-		prog, err := steer.Load(steer.Options{})
-		if err != nil {
-			return nil, fmt.Errorf("hostagent: load the steering program for %s: %w", name, err)
+		f := &iface{name: name, index: ifi.Index, queues: q}
+		if prog := kept[name]; prog != nil && int(prog.Options().MaxQueues) >= q {
+			delete(kept, name)
+			f.prog, f.attached = prog, true
+		} else {
+			prog, err := steer.Load(steer.Options{})
+			if err != nil {
+				return nil, fmt.Errorf("hostagent: load the steering program for %s: %w", name, err)
+			}
+			f.prog = prog
 		}
-		f := &iface{name: name, index: ifi.Index, queues: q, prog: prog}
-		if err := prog.Sync(cfg); err != nil {
-			prog.Close()
+		if err := f.prog.Sync(cfg); err != nil {
+			f.prog.Close()
 			return nil, fmt.Errorf("hostagent: steering rules of %s: %w", name, err)
+		}
+		// Frames steered while a queue has no socket (during a rebuild)
+		// are dropped: passed to the kernel, a VM's reply would leave
+		// untranslated and make the client reset its connection.
+		if err := f.prog.SetDropNoSocket(true); err != nil {
+			f.prog.Close()
+			return nil, fmt.Errorf("hostagent: steering program of %s: %w", name, err)
 		}
 		return f, nil
 	}
@@ -179,10 +202,16 @@ func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *
 	}
 
 	// Attach last: from now on the steered traffic reaches the sockets.
+	// Programs taken over from the previous data path are attached
+	// already (their sockets were registered above).
 	for _, f := range all {
+		if f.attached {
+			continue
+		}
 		if err := f.prog.Attach(f.index, a.cfg.XDPMode); err != nil {
 			return nil, fmt.Errorf("hostagent: attach the steering program to %s: %w", f.name, err)
 		}
+		f.attached = true
 	}
 	return dp, nil
 }
@@ -240,23 +269,40 @@ func (dp *dataPath) steer(plan *Plan) error {
 
 // close detaches the programs (steered traffic goes to the kernel again),
 // closes the sockets and frees the programs. The workers must have
-// stopped.
-func (dp *dataPath) close() {
+// stopped. With keep (a rebuild) the attached programs stay attached, with
+// no sockets, and are returned by interface name for the next open: the
+// frames they steer meanwhile are dropped (SetDropNoSocket) rather than
+// handed to the kernel.
+func (dp *dataPath) close(keep bool) map[string]*steer.Program {
 	all := append([]*iface{dp.uplink}, dp.vms...)
-	for _, f := range all {
-		if f != nil && f.prog != nil {
-			_ = f.prog.Detach()
+	if !keep {
+		for _, f := range all {
+			if f != nil && f.prog != nil {
+				_ = f.prog.Detach()
+			}
 		}
 	}
+	// Closing a socket takes it out of its program's XSKMAP.
 	for _, p := range dp.ports {
 		_ = p.Close()
 	}
 	if dp.slow != nil {
 		_ = dp.slow.Close()
 	}
+	var kept map[string]*steer.Program
 	for _, f := range all {
-		if f != nil && f.prog != nil {
-			_ = f.prog.Close()
+		if f == nil || f.prog == nil {
+			continue
 		}
+		if keep && f.attached {
+			if kept == nil {
+				kept = map[string]*steer.Program{}
+			}
+			kept[f.name] = f.prog
+			continue
+		}
+		_ = f.prog.Detach()
+		_ = f.prog.Close()
 	}
+	return kept
 }
