@@ -191,12 +191,14 @@ func TestHostAgentEndToEnd(t *testing.T) {
 		require.Len(t, bodies, 2, "both DIPs served: %v", bodies)
 		require.Equal(t, conns, bodies["vm-a"]+bodies["vm-b"], "every body is a VM's name: %v", bodies)
 
-		// DSR. Kernel counters of the client's and the router's veths.
+		// DSR. The Mux's counters first, then the kernel counters of the
+		// client's and the router's veths: the last ACKs may still be on
+		// their way, and what the Mux counted the client has sent before.
+		mux1 := muxMetrics()
 		cl1, m2, h1 := l.linkStats(l.client, "up"), l.linkStats(l.router, "m1"), l.linkStats(l.router, "h")
 		clTX, clRX := cl1.TxPackets-cl0.TxPackets, cl1.RxPackets-cl0.RxPackets
 		toMux := m2.TxPackets - m1.TxPackets
 		fromHost := h1.RxPackets - h0.RxPackets
-		mux1 := muxMetrics()
 		muxRX := mux1[`xdplb_packets_total{direction="rx"}`] - mux0[`xdplb_packets_total{direction="rx"}`]
 		muxTX := mux1[`xdplb_packets_total{direction="tx"}`] - mux0[`xdplb_packets_total{direction="tx"}`]
 		t.Logf("client sent %d and received %d packets; router → mux %d packets, host → router %d; mux data path rx %v tx %v",
@@ -310,6 +312,7 @@ type haLab struct {
 	host   *netlab.NS
 	vms    []*netlab.NS
 	conf   string
+	bin    string // the directory of the example binaries
 }
 
 func newHALab(t *testing.T) *haLab {
@@ -346,34 +349,7 @@ func newHALab(t *testing.T) *haLab {
 	for _, vm := range haVMs {
 		n := ns(strings.ReplaceAll(vm.name, "-", ""))
 		l.vms = append(l.vms, n)
-		hostEnd, vmEnd, err := lab.Veth(l.host, vm.port, n, "eth0")
-		require.NoError(t, err)
-		mac, err := net.ParseMAC(vm.mac)
-		require.NoError(t, err)
-		dip := netip.MustParseAddr(vm.addr)
-		gw := netip.MustParseAddr(haGateway)
-
-		// The VM: the document's MAC and DIP, everything via the host-side
-		// veth (a static neighbour: the host needs no address on it).
-		vl, err := n.Link("eth0")
-		require.NoError(t, err)
-		nl := n.Netlink()
-		require.NoError(t, nl.LinkSetDown(vl))
-		require.NoError(t, nl.LinkSetHardwareAddr(vl, mac))
-		require.NoError(t, nl.LinkSetUp(vl))
-		require.NoError(t, n.AddAddr("eth0", vm.addr+"/32"))
-		require.NoError(t, nl.NeighAdd(&netlink.Neigh{LinkIndex: vmEnd.Index, Family: netlink.FAMILY_V4,
-			State: netlink.NUD_PERMANENT, IP: gw.AsSlice(), HardwareAddr: hostEnd.MAC}))
-		require.NoError(t, nl.RouteAdd(&netlink.Route{LinkIndex: vmEnd.Index, Dst: ipNet("198.18.0.0/15"),
-			Gw: gw.AsSlice(), Flags: int(netlink.FLAG_ONLINK)}))
-		// The VM's replies cross the host's AF_XDP data path.
-		require.NoError(t, n.DisableChecksumOffload("eth0"))
-
-		// The host: a route and a static neighbour to the DIP on its port.
-		hl := l.host.Netlink()
-		require.NoError(t, hl.RouteAdd(&netlink.Route{LinkIndex: hostEnd.Index, Dst: ipNet(vm.addr + "/32"), Scope: netlink.SCOPE_LINK}))
-		require.NoError(t, hl.NeighAdd(&netlink.Neigh{LinkIndex: hostEnd.Index, Family: netlink.FAMILY_V4,
-			State: netlink.NUD_PERMANENT, IP: dip.AsSlice(), HardwareAddr: mac}))
+		wireVM(t, lab, l.host, n, vm.port, vm.addr, vm.mac, haGateway)
 	}
 
 	l.conf = filepath.Join(l.dir, "fleet.yaml")
@@ -390,17 +366,51 @@ func ipNet(s string) *net.IPNet {
 	return n
 }
 
-// build builds examples/mux and examples/hostagent into the test's
-// temporary directory.
-func (l *haLab) build() {
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		goBin = "go"
+// build builds (once per test binary) examples/mux and
+// examples/hostagent.
+func (l *haLab) build() { l.bin = examplesDir(l.t) }
+
+// examples holds the binaries of examples/mux and examples/hostagent,
+// built once for all the end-to-end tests of the binary and removed by
+// TestMain.
+var examples struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// examplesDir builds examples/mux and examples/hostagent on first use and
+// returns the directory holding them (as mux and hostagent).
+func examplesDir(t *testing.T) string {
+	t.Helper()
+	examples.once.Do(func() {
+		dir, err := os.MkdirTemp("", "xdplb-hostagent-e2e-")
+		if err != nil {
+			examples.err = err
+			return
+		}
+		examples.dir = dir
+		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(goBin); err != nil {
+			goBin = "go"
+		}
+		cmd := exec.Command(goBin, "build", "-o", dir+string(filepath.Separator),
+			"github.com/xdplb/xdplb/examples/mux", "github.com/xdplb/xdplb/examples/hostagent")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			examples.err = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	require.NoError(t, examples.err)
+	return examples.dir
+}
+
+// TestMain removes the binaries examplesDir built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if examples.dir != "" {
+		os.RemoveAll(examples.dir)
 	}
-	cmd := exec.Command(goBin, "build", "-o", l.dir+string(filepath.Separator),
-		"github.com/xdplb/xdplb/examples/mux", "github.com/xdplb/xdplb/examples/hostagent")
-	out, err := cmd.CombinedOutput()
-	require.NoError(l.t, err, "go build: %s", out)
+	os.Exit(code)
 }
 
 // writeDocument replaces the document atomically (the watchers see a
@@ -506,9 +516,16 @@ type proc struct {
 }
 
 func (l *haLab) start(name string, n *netlab.NS, bin string, args ...string) *proc {
-	t := l.t
+	return startProc(l.t, name, n, filepath.Join(l.bin, bin), append(args, "-config", l.conf)...)
+}
+
+// startProc runs the program at path in n; the test's cleanup stops it
+// (SIGTERM, then SIGKILL) and prints its output when the test failed or
+// runs verbosely.
+func startProc(t *testing.T, name string, n *netlab.NS, path string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, log: new(syncBuffer), done: make(chan struct{})}
-	p.cmd = n.Command(context.Background(), filepath.Join(l.dir, bin), append(args, "-config", l.conf)...)
+	p.cmd = n.Command(context.Background(), path, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	require.NoError(t, p.cmd.Start())
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()
