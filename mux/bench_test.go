@@ -24,13 +24,14 @@ import (
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/header"
 	"github.com/xdplb/xdplb/health"
+	"github.com/xdplb/xdplb/internal/benchutil"
 )
 
 // The Mux's whole data path in memory — Parse → uplink VNI → ICMP →
-// balance (connection table, Maglev) → VXLAN encap → next hop — driven by
-// engine.Worker.Poll over an engine.MemPort replaying one frame per flow,
-// and, in the same run, the same job written the way a Go programmer would
-// with gopacket (muxPeer). TestMuxPipelineAgrees checks that both produce
+// balance (connection table, Maglev) → VXLAN encap → next hop → account
+// (per-VIP and per-backend counters) — driven by engine.Worker.Poll over
+// an engine.MemPort replaying one frame per flow, and, in the same run, the
+// same job written the way a Go programmer would with gopacket (muxPeer). TestMuxPipelineAgrees checks that both produce
 // the same bytes, so the benchmark compares equal work.
 
 // Configuration of the benchmark's Mux: three VIPs in three tenant networks
@@ -277,7 +278,7 @@ func muxConnTable(tb testing.TB, flows int) *flow.ConnTable {
 // ourMuxStages returns the Mux's pipeline over doc, wired as Mux.pipeline
 // wires it, with the connection table ct and the fixed next hop: a
 // Controller applies doc (rules and the uplink VNI index), then Parse →
-// uplinkVNI → ICMP → balance → encap → next hop.
+// uplinkVNI → ICMP → balance → encap → next hop → account.
 func ourMuxStages(tb testing.TB, doc *control.Document, ct *flow.ConnTable) []engine.Stage {
 	rules := flow.NewRules()
 	ctl, err := NewController(ControllerConfig{Rules: rules, Checker: &fakeChecker{states: map[string]health.State{}},
@@ -292,7 +293,8 @@ func ourMuxStages(tb testing.TB, doc *control.Document, ct *flow.ConnTable) []en
 	require.NoError(tb, err)
 	nh, err := encap.NewNextHop(encap.NextHopConfig{Mode: encap.OuterDst, Ports: map[int]uint16{benchUplink: 0}}, fixedResolver{})
 	require.NoError(tb, err)
-	return []engine.Stage{engine.Parse{}, uplinkVNI{&ctl.vnis}, icmp, bal, enc, nh}
+	acct := balance.NewAccount(balance.AccountConfig{Encapsulated: true, Rules: rules})
+	return []engine.Stage{engine.Parse{}, uplinkVNI{&ctl.vnis}, icmp, bal, enc, nh, acct}
 }
 
 // muxPeer is the Mux's job written the way one would with the usual Go
@@ -314,7 +316,7 @@ func ourMuxStages(tb testing.TB, doc *control.Document, ct *flow.ConnTable) []en
 // are reused, addresses are kept as net.IP/net.HardwareAddr ready for
 // gopacket. It also does less than ours: no connection states or
 // timeouts, no concurrency (its maps belong to one worker), no ICMP, no MTU
-// check.
+// check, no per-VIP or per-backend counters.
 type muxPeer struct {
 	eth     layers.Ethernet
 	vlan    layers.Dot1Q
@@ -586,6 +588,7 @@ var muxOursNs = map[string]float64{}
 //
 //	impl=harness   the worker and port alone: the floor under every line
 //	impl=xdplb     Parse → uplink VNI → ICMP → balance → encap → next hop
+//	               → account (per-VIP and per-backend counters)
 //	impl=gopacket  muxPeer, the same job with gopacket and Go maps;
 //	               x-faster is its ns/pkt over ours (the last impl=xdplb
 //	               run at the same flow count, in the same process)
@@ -610,9 +613,17 @@ func BenchmarkMuxPipeline(b *testing.B) {
 					r.run(2 * sz.flows) // every flow seen twice: established
 				}
 				b.ReportAllocs()
+				var cpu benchutil.CPUTimer
 				b.ResetTimer()
+				cpu.Start()
 				n := r.run(b.N)
+				cpuNs := cpu.Stop()
 				b.StopTimer()
+				if cpuNs > 0 {
+					// The thread's CPU time: on a shared machine, wall
+					// time also counts the waits for a core.
+					b.ReportMetric(float64(cpuNs)/float64(n), "cpu-ns/pkt")
+				}
 				if s := r.stats(); s.Dropped() != 0 {
 					b.Fatalf("drops: %v", s.DropsByName())
 				}

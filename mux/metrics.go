@@ -3,17 +3,19 @@ package mux
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xdplb/xdplb/balance"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/health"
 	"github.com/xdplb/xdplb/internal/nodemetrics"
 )
 
 // Collector returns a Prometheus collector of the Mux's state. Everything
-// is read when Prometheus scrapes: the data path's per-worker counters
-// (summed), the connection table, the Maglev tables, the health checker,
-// the steering program and the AF_XDP sockets. Nothing on the packet path
-// touches a Prometheus API. Register the BGP announcer's collector
-// (bgp.Announcer.Collector) beside it.
+// is read when Prometheus scrapes: the data path's per-worker counters,
+// summed (packets and drops by reason; packets, bytes and new flows per VIP
+// and per backend, from balance.Account), the connection table, the Maglev
+// tables, the health checker, the steering program and the AF_XDP
+// sockets. Nothing on the packet path touches a Prometheus API. Register
+// the BGP announcer's collector (bgp.Announcer.Collector) beside it.
 func (m *Mux) Collector() prometheus.Collector { return muxCollector{m} }
 
 type muxCollector struct{ m *Mux }
@@ -27,12 +29,20 @@ var (
 	descProbes    = prometheus.NewDesc("xdplb_probes_total", "Health probes sent, and failed.", []string{"vip_backend", "result"}, nil)
 	descProbeUp   = prometheus.NewDesc("xdplb_probe_state", "Health state per target (0 unknown, 1 up, 2 down).", []string{"vip_backend"}, nil)
 	descAnnounced = prometheus.NewDesc("xdplb_vips_announced", "VIP prefixes the Mux asks BGP to announce.", nil, nil)
+
+	// Traffic per VIP and per backend, from the workers' Account stages.
+	descVIPPackets  = prometheus.NewDesc("xdplb_vip_packets_total", "Packets forwarded to a VIP's backends, those removed by a reload included.", []string{"vip"}, nil)
+	descVIPBytes    = prometheus.NewDesc("xdplb_vip_bytes_total", "Bytes of the client IP packets forwarded to a VIP's backends (without Ethernet or VXLAN headers), those removed by a reload included.", []string{"vip"}, nil)
+	descVIPFlows    = prometheus.NewDesc("xdplb_vip_new_flows_total", "Flows placed on a VIP's backends (connection-table misses), those removed by a reload included.", []string{"vip"}, nil)
+	descBackPackets = prometheus.NewDesc("xdplb_backend_packets_total", "Packets forwarded to a backend.", []string{"vip", "backend"}, nil)
+	descBackBytes   = prometheus.NewDesc("xdplb_backend_bytes_total", "Bytes of the client IP packets forwarded to a backend (without Ethernet or VXLAN headers).", []string{"vip", "backend"}, nil)
+	descBackFlows   = prometheus.NewDesc("xdplb_backend_new_flows_total", "Flows placed on a backend (connection-table misses).", []string{"vip", "backend"}, nil)
 )
 
 func (c muxCollector) Describe(ch chan<- *prometheus.Desc) {
 	nodemetrics.Describe(ch)
 	for _, d := range []*prometheus.Desc{descConns, descConnCap, descConnEv, descSkew, descBackends, descProbes,
-		descProbeUp, descAnnounced} {
+		descProbeUp, descAnnounced, descVIPPackets, descVIPBytes, descVIPFlows, descBackPackets, descBackBytes, descBackFlows} {
 		ch <- d
 	}
 }
@@ -60,7 +70,19 @@ func (c muxCollector) Collect(ch chan<- prometheus.Metric) {
 
 	nodemetrics.Config(ch, m.watcher.Status())
 
+	// Traffic is labelled with the running snapshot's names: a VIP's
+	// totals include the backends a reload removed (their counters stay
+	// in the workers' Accounts; backend IDs are stable and not reused), so
+	// they never decrease; a removed backend's own series go away.
+	m.mu.Lock()
+	accts := m.accounts
+	m.mu.Unlock()
+	traffic := balance.SumAccounts(accts...)
 	for _, r := range m.rules.Load().Rules() {
+		vc := traffic.VIP(r.VIP)
+		counter(descVIPPackets, vc.Packets, r.Name)
+		counter(descVIPBytes, vc.Bytes, r.Name)
+		counter(descVIPFlows, vc.NewFlows, r.Name)
 		if mg := r.Maglev(); mg != nil {
 			active, max := 0, 0
 			for i := range r.Backends {
@@ -83,6 +105,10 @@ func (c muxCollector) Collect(ch chan<- prometheus.Metric) {
 				up = 1
 			}
 			gauge(descBackends, up, r.Name, b.Name)
+			bc := traffic.Backend(b.ID)
+			counter(descBackPackets, bc.Packets, r.Name, b.Name)
+			counter(descBackBytes, bc.Bytes, r.Name, b.Name)
+			counter(descBackFlows, bc.NewFlows, r.Name, b.Name)
 		}
 	}
 

@@ -4,7 +4,7 @@
 // VIP traffic of the uplink into AF_XDP sockets (engine/steer,
 // engine/afxdp), runs one worker per RX queue through the pipeline
 //
-//	Parse → uplink VNI → ICMP → balance → VXLAN encap → next hop
+//	Parse → uplink VNI → ICMP → balance → VXLAN encap → next hop → account
 //
 // and announces the VIPs that can be served over BGP (bgp).
 //
@@ -82,6 +82,7 @@ type Mux struct {
 	prog      *steer.Program
 	ports     []*afxdp.Port
 	eng       *engine.Engine
+	accounts  []*balance.Account // one per pipeline (worker), read by the collector
 }
 
 // New checks cfg and prepares a Mux; Run starts it.
@@ -396,8 +397,15 @@ func (m *Mux) openDataPath(ifi *net.Interface, resolver *nexthop.Resolver) (*eng
 	return eng, nil
 }
 
-// pipeline builds Parse → uplink VNI → ICMP → balance → encap → next hop.
-func (m *Mux) pipeline(seed uint64, uplink int, resolver *nexthop.Resolver) (*engine.Pipeline, error) {
+// pipeline builds Parse → uplink VNI → ICMP → balance → encap → next hop
+// → account, for one worker, and adds its Account to the Mux's.
+//
+// The Account stage comes last, after every stage that can still drop a
+// packet (encap: MTU, tunnel source, headroom; next hop: unresolved), so
+// the per-VIP and per-backend counts are the packets handed to the uplink;
+// a packet the socket then refuses (tx_full) is counted both there and as a
+// drop. It reads the client's packet length inside the tunnel.
+func (m *Mux) pipeline(seed uint64, uplink int, resolver encap.Resolver) (*engine.Pipeline, error) {
 	icmp, err := balance.NewICMP(balance.ICMPConfig{Rules: m.rules})
 	if err != nil {
 		return nil, err
@@ -414,7 +422,11 @@ func (m *Mux) pipeline(seed uint64, uplink int, resolver *nexthop.Resolver) (*en
 	if err != nil {
 		return nil, err
 	}
-	return engine.NewPipeline(engine.Parse{}, uplinkVNI{&m.ctl.vnis}, icmp, bal, enc, nh), nil
+	acct := balance.NewAccount(balance.AccountConfig{Encapsulated: true, Rules: m.rules})
+	m.mu.Lock()
+	m.accounts = append(m.accounts, acct)
+	m.mu.Unlock()
+	return engine.NewPipeline(engine.Parse{}, uplinkVNI{&m.ctl.vnis}, icmp, bal, enc, nh, acct), nil
 }
 
 func (m *Mux) closePorts() {

@@ -1,0 +1,327 @@
+package balance
+
+import (
+	"encoding/binary"
+	"iter"
+	"sync"
+
+	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/header"
+)
+
+// AccountConfig is the plain configuration of an Account stage.
+type AccountConfig struct {
+	// Encapsulated says the stage runs after VXLAN encapsulation (in the
+	// Mux: after encap.Encap and encap.NextHop), so the client's packet
+	// is the tunnelled one and its length is read from the outer UDP
+	// header. Otherwise the stage reads the IP header the parser found.
+	// Either way the same packet counts the same bytes.
+	Encapsulated bool
+	// Rules, if set, is looked at once per batch: when it publishes a new
+	// snapshot the stage makes room for every backend ID in it, so the
+	// first packets to new backends do not grow the counters. Without it
+	// the counters grow when a packet shows an ID past their end.
+	Rules *flow.Rules
+}
+
+// Account is a stage that counts, per backend, the packets the balancing
+// stage placed (Packet.Backend set): packets, bytes and new flows. Bytes
+// are the client's IP packet as received — IP header and payload, without
+// Ethernet, VLAN tags, padding or the encapsulation — whatever the stage's
+// place in the pipeline. A new flow is a packet flagged engine.FlagNewFlow:
+// one the balancing stage placed on a connection-table miss (so a stateless
+// Stage, without Conns, counts none, and a flow the full table refused to
+// store counts at each of its packets). Packets without a decision
+// (Backend < 0) are not counted: drops are counted by reason by the engine.
+//
+// Put it last in the pipeline, after every stage that may still drop a
+// packet, so that it counts what was handed to the port; a packet the port
+// then refuses (tx_full) stays counted, and is also counted as a drop.
+//
+// Counters are keyed by flow.Backend.ID, which is stable across reloads
+// for the same (VIP, backend name), in a slice indexed by ID. A backend's
+// counts outlive it: a backend removed by a reload keeps its slot, which is
+// how per-VIP totals (AccountStats.VIP) never decrease. The slice grows
+// with the largest ID seen, not with the live backends (IDs are handed out
+// from 1 and not reused), at 32 bytes per ID; it grows by doubling, off
+// the steady state, which allocates nothing.
+//
+// An Account belongs to one worker: Process must not be called
+// concurrently. SumAccounts reads it from any goroutine while the worker
+// runs, and never makes the worker wait; see accountHalf.
+type Account struct {
+	cfg    AccountConfig
+	halves [2]accountHalf
+	readMu sync.Mutex // one reader at a time: it holds at most one half
+}
+
+// accountHalf is a whole set of counters behind a lock; an Account's counts
+// are the sum of its two halves. The worker locks a half for a batch and
+// counts with plain increments; a reader locks one half at a time. The
+// worker takes whichever half is free (TryLock, half 0 first), so a reader
+// — even one descheduled while it holds a lock — never stalls the data
+// path, and the per-packet cost is that of plain increments: per-packet
+// atomic counters (a locked instruction each on amd64) cost twice as much
+// in the Mux's pipeline. Each half only grows, so the sum a reader sees
+// never decreases, and is exact once the worker is idle.
+type accountHalf struct {
+	mu     sync.Mutex
+	seen   *flow.Snapshot      // last snapshot made room for (cfg.Rules)
+	slots  []accountSlot       // indexed by backend ID
+	vips   []flow.VIP          // slot.vip-1 → VIP
+	vipIdx map[flow.VIP]uint32 // VIP → index+1 in vips
+}
+
+// accountSlot is one backend ID's counters, two to a cache line. vip is the
+// index+1 in the half's VIP list of the VIP the ID belongs to (an ID is
+// given to one (VIP, name) for its whole life), set by its first packet; 0
+// means the slot never counted.
+type accountSlot struct {
+	packets, bytes, newFlows uint64
+	vip                      uint32
+	_                        uint32
+}
+
+// minAccountSlots is the smallest counter slice.
+const minAccountSlots = 64
+
+// NewAccount returns an Account stage for one worker.
+func NewAccount(cfg AccountConfig) *Account {
+	a := &Account{cfg: cfg}
+	for i := range a.halves {
+		h := &a.halves[i]
+		h.vipIdx = map[flow.VIP]uint32{}
+		h.resize(minAccountSlots)
+	}
+	if cfg.Rules != nil {
+		a.halves[0].fit(cfg.Rules.Load())
+	}
+	return a
+}
+
+// Process implements engine.Stage. It counts and never drops.
+func (a *Account) Process(b *engine.Batch) {
+	h := a.lock()
+	defer h.mu.Unlock()
+	if a.cfg.Rules != nil {
+		if s := a.cfg.Rules.Load(); s != h.seen {
+			h.fit(s)
+		}
+	}
+	for _, p := range b.Packets() {
+		r := p.Rule
+		if r == nil || uint32(p.Backend) >= uint32(len(r.Backends)) {
+			continue
+		}
+		id := r.Backends[p.Backend].ID
+		if id >= uint32(len(h.slots)) {
+			h.grow(id)
+		}
+		s := &h.slots[id]
+		if s.vip == 0 {
+			h.bind(s, r)
+		}
+		var n int
+		if a.cfg.Encapsulated {
+			n = tunnelledLen(p.Data())
+		} else {
+			n = parsedLen(p)
+		}
+		s.packets++
+		s.bytes += uint64(n)
+		if p.Flags&engine.FlagNewFlow != 0 {
+			s.newFlows++
+		}
+	}
+}
+
+// lock locks a half without waiting. A reader holds at most one half at a
+// time (readMu), so one of two attempts succeeds unless the reader moved
+// from one half to the other in between, which it does once per read.
+func (a *Account) lock() *accountHalf {
+	for i := 0; ; i ^= 1 {
+		if h := &a.halves[i]; h.mu.TryLock() {
+			return h
+		}
+	}
+}
+
+// tunnelledLen returns the length of the client's IP packet inside a
+// VXLAN frame as encap.Encap writes it, or 0 if data is no such frame: outer Ethernet (untagged), IP, and UDP whose
+// length covers UDP, VXLAN and the inner frame, which is the client's IP
+// packet behind an untagged Ethernet header (encap.Encap removes VLAN
+// tags and padding).
+func tunnelledLen(data []byte) int {
+	const inner = header.UDPSize + header.VXLANSize + header.EthernetSize
+	if len(data) < header.EthernetSize+header.IPv6Size+header.UDPSize {
+		return 0
+	}
+	var udp int
+	switch binary.BigEndian.Uint16(data[12:]) {
+	case header.EtherTypeIPv4:
+		udp = header.EthernetSize + int(data[header.EthernetSize]&0x0f)*4
+	case header.EtherTypeIPv6:
+		udp = header.EthernetSize + header.IPv6Size
+	default:
+		return 0
+	}
+	if udp+header.UDPSize > len(data) {
+		return 0
+	}
+	if n := int(binary.BigEndian.Uint16(data[udp+4:])); n > inner {
+		return n - inner
+	}
+	return 0
+}
+
+// parsedLen returns the length of the IP packet the parser found in p, or
+// 0 if there is none.
+func parsedLen(p *engine.Packet) int {
+	data := p.Data()
+	l3 := int(p.L3Off)
+	switch {
+	case p.Flags&engine.FlagIPv4 != 0 && l3+header.IPv4MinSize <= len(data):
+		return int(binary.BigEndian.Uint16(data[l3+2:])) // total length
+	case p.Flags&engine.FlagIPv6 != 0 && l3+header.IPv6Size <= len(data):
+		return header.IPv6Size + int(binary.BigEndian.Uint16(data[l3+4:])) // fixed header + payload length
+	}
+	return 0
+}
+
+// bind records the VIP of slot s's backend ID, counted for the first time
+// in this half, in rule r. A VIP's first sight allocates.
+func (h *accountHalf) bind(s *accountSlot, r *flow.Rule) {
+	v, ok := h.vipIdx[r.VIP]
+	if !ok {
+		h.vips = append(h.vips, r.VIP)
+		v = uint32(len(h.vips))
+		h.vipIdx[r.VIP] = v
+	}
+	s.vip = v
+}
+
+// fit makes room for every backend ID of s.
+func (h *accountHalf) fit(s *flow.Snapshot) {
+	h.seen = s
+	var top uint32
+	for _, r := range s.Rules() {
+		for i := range r.Backends {
+			top = max(top, r.Backends[i].ID)
+		}
+	}
+	if top >= uint32(len(h.slots)) {
+		h.grow(top)
+	}
+}
+
+// grow makes room for id, at least doubling the slice.
+func (h *accountHalf) grow(id uint32) {
+	h.resize(max(2*len(h.slots), int(id)+1))
+}
+
+// resize replaces the counters by a slice of n slots holding the same
+// counts.
+func (h *accountHalf) resize(n int) {
+	next := make([]accountSlot, n)
+	copy(next, h.slots)
+	h.slots = next
+}
+
+// Counts are one backend's, or one VIP's, traffic.
+type Counts struct {
+	// Packets and Bytes forwarded; Bytes are the client's IP packets
+	// (IP header and payload, nothing of Ethernet or the encapsulation).
+	Packets, Bytes uint64
+	// NewFlows is how many of the packets placed a new flow.
+	NewFlows uint64
+}
+
+// add adds c2 to c.
+func (c *Counts) add(c2 Counts) {
+	c.Packets += c2.Packets
+	c.Bytes += c2.Bytes
+	c.NewFlows += c2.NewFlows
+}
+
+// AccountStats is a point-in-time sum of Accounts' counters, per backend ID
+// and per VIP. Build it with SumAccounts.
+type AccountStats struct {
+	byID  []Counts // indexed by backend ID
+	byVIP map[flow.VIP]Counts
+}
+
+// SumAccounts sums the counters of accts, typically one Account per
+// worker, while their workers run. Counts never go back from one call to
+// the next, and are exact while the workers are idle. It allocates; it is
+// meant for a scrape, not the packet path.
+func SumAccounts(accts ...*Account) AccountStats {
+	st := AccountStats{byVIP: map[flow.VIP]Counts{}}
+	var perVIP []Counts // by the half's VIP index
+	for _, a := range accts {
+		a.readMu.Lock()
+		for i := range a.halves {
+			h := &a.halves[i]
+			h.mu.Lock()
+			if len(h.slots) > len(st.byID) {
+				st.byID = append(st.byID, make([]Counts, len(h.slots)-len(st.byID))...)
+			}
+			perVIP = append(perVIP[:0], make([]Counts, len(h.vips))...)
+			for id := range h.slots {
+				s := &h.slots[id]
+				if s.vip == 0 {
+					continue // never counted here
+				}
+				c := Counts{Packets: s.packets, Bytes: s.bytes, NewFlows: s.newFlows}
+				st.byID[id].add(c)
+				perVIP[s.vip-1].add(c)
+			}
+			for v, c := range perVIP {
+				vc := st.byVIP[h.vips[v]]
+				vc.add(c)
+				st.byVIP[h.vips[v]] = vc
+			}
+			h.mu.Unlock()
+		}
+		a.readMu.Unlock()
+	}
+	return st
+}
+
+// Backend returns the counts of the backend with the given ID (zero for an
+// ID never counted).
+func (s *AccountStats) Backend(id uint32) Counts {
+	if uint64(id) < uint64(len(s.byID)) {
+		return s.byID[id]
+	}
+	return Counts{}
+}
+
+// Backends yields every backend ID with a non-zero count and its counts,
+// in ID order; backends removed by a reload included.
+func (s *AccountStats) Backends() iter.Seq2[uint32, Counts] {
+	return func(yield func(uint32, Counts) bool) {
+		for id, c := range s.byID {
+			if c != (Counts{}) && !yield(uint32(id), c) {
+				return
+			}
+		}
+	}
+}
+
+// VIP returns the counts of every backend ever counted for v, those a
+// reload removed included, so it never decreases. v is matched exactly, as
+// flow.Rule.VIP of a snapshot holds it.
+func (s *AccountStats) VIP(v flow.VIP) Counts { return s.byVIP[v] }
+
+// VIPs yields every VIP with a count and its counts, in no particular
+// order; VIPs a reload removed included.
+func (s *AccountStats) VIPs() iter.Seq2[flow.VIP, Counts] {
+	return func(yield func(flow.VIP, Counts) bool) {
+		for v, c := range s.byVIP {
+			if !yield(v, c) {
+				return
+			}
+		}
+	}
+}
