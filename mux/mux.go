@@ -30,6 +30,7 @@ import (
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/engine/afxdp"
 	"github.com/xdplb/xdplb/engine/nexthop"
+	"github.com/xdplb/xdplb/engine/rawip"
 	"github.com/xdplb/xdplb/engine/steer"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/health"
@@ -81,6 +82,7 @@ type Mux struct {
 	announcer *bgp.Announcer
 	prog      *steer.Program
 	ports     []*afxdp.Port
+	slow      *rawip.Port // what the next-hop stage cannot address: to the kernel
 	eng       *engine.Engine
 	accounts  []*balance.Account // one per pipeline (worker), read by the collector
 }
@@ -197,11 +199,11 @@ func (m *Mux) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 
+	defer m.closePorts() // also what a failed openDataPath opened
 	eng, err := m.openDataPath(ifi, resolver)
 	if err != nil {
 		return err
 	}
-	defer m.closePorts()
 	if err := prog.Attach(ifi.Index, m.cfg.XDPMode); err != nil {
 		return fmt.Errorf("mux: attach the steering program to %s: %w", ifi.Name, err)
 	}
@@ -364,6 +366,16 @@ func (m *Mux) openDataPath(ifi *net.Interface, resolver *nexthop.Resolver) (*eng
 		}
 	}
 	seed := m.ctl.Document().HashSeed
+	// The slow path: a frame towards a host whose next hop the resolver
+	// has not resolved yet goes through the kernel instead of being
+	// dropped. Port 1 of every worker.
+	slow, err := rawip.Open("kernel")
+	if err != nil {
+		return nil, fmt.Errorf("mux: %w", err)
+	}
+	m.mu.Lock()
+	m.slow = slow
+	m.mu.Unlock()
 	var workers []*engine.Worker
 	for q := 0; q < queues; q++ {
 		pc := m.cfg.Port
@@ -380,7 +392,7 @@ func (m *Mux) openDataPath(ifi *net.Interface, resolver *nexthop.Resolver) (*eng
 		if err != nil {
 			return nil, err
 		}
-		w, err := engine.NewWorker(engine.WorkerConfig{ID: q, Ports: []engine.Port{port},
+		w, err := engine.NewWorker(engine.WorkerConfig{ID: q, Ports: []engine.Port{port, slow},
 			Inputs: []engine.Input{{Port: 0, Pipeline: pl}}, IdleSpins: m.cfg.IdleSpins})
 		if err != nil {
 			return nil, err
@@ -418,7 +430,8 @@ func (m *Mux) pipeline(seed uint64, uplink int, resolver encap.Resolver) (*engin
 	if err != nil {
 		return nil, err
 	}
-	nh, err := encap.NewNextHop(encap.NextHopConfig{Mode: encap.OuterDst, Ports: map[int]uint16{uplink: 0}}, resolver)
+	nh, err := encap.NewNextHop(encap.NextHopConfig{Mode: encap.OuterDst, Ports: map[int]uint16{uplink: 0},
+		SlowPath: true, SlowPort: slowPort}, resolver)
 	if err != nil {
 		return nil, err
 	}
@@ -429,9 +442,15 @@ func (m *Mux) pipeline(seed uint64, uplink int, resolver encap.Resolver) (*engin
 	return engine.NewPipeline(engine.Parse{}, uplinkVNI{&m.ctl.vnis}, icmp, bal, enc, nh, acct), nil
 }
 
+// slowPort is the index of the slow-path port (rawip) in every worker.
+const slowPort = 1
+
 func (m *Mux) closePorts() {
 	for _, p := range m.ports {
 		_ = p.Close()
+	}
+	if m.slow != nil {
+		_ = m.slow.Close()
 	}
 }
 
