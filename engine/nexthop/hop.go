@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -70,6 +71,16 @@ type Config struct {
 	// resolved by itself. Older kernels fall back to NTF_USE automatically.
 	DisableManaged bool
 
+	// DisablePrefixCache caches every destination on its own, as one FIB
+	// lookup each, instead of caching the answer for a gateway route once
+	// for the whole part of its prefix that no other route or rule splits
+	// (see "Prefix entries" in the package documentation). Set it when the
+	// kernel's answers depend on the destination in ways the resolver does
+	// not see: ICMP redirects accepted into the routing cache, or on a host
+	// with a full Internet routing table, to save the memory of mirroring
+	// its route prefixes.
+	DisablePrefixCache bool
+
 	// Logger receives rare events (resubscriptions, fallbacks). Nil: none.
 	Logger *slog.Logger
 }
@@ -123,29 +134,33 @@ type neighKey struct {
 	addr    [16]byte
 }
 
-// entry is one cached destination. Everything but used is immutable once
-// published; a change makes a new entry.
+// entry is one cached answer, for a destination or for a prefix.
+// Everything but used is immutable once published; a change makes a new
+// entry.
 type entry struct {
 	hop   Hop
 	nh    neighKey // zero when the route could not be resolved
 	state state
 	err   error       // for stateFailed
+	rep   netip.Addr  // a prefix entry's representative: the destination it is resolved for
 	used  atomic.Bool // set by lookups, cleared by the idle sweep
 }
 
 func (e *entry) same(o *entry) bool {
-	return e.hop == o.hop && e.nh == o.nh && e.state == o.state && e.err == o.err
+	return e.hop == o.hop && e.nh == o.nh && e.state == o.state && e.err == o.err && e.rep == o.rep
 }
 
 // Snapshot is an immutable view of the resolver's cache. A data-path stage
 // loads one per batch (Resolver.Snapshot) and looks up every packet of the
 // batch in it.
 type Snapshot struct {
-	m       map[[16]byte]*entry
-	req     chan<- [16]byte
-	changed chan struct{} // closed when a newer snapshot is published
-	counts  [3]int        // entries by state
-	version uint64        // 1 + the number of snapshots published before
+	dests    *destTable // per-destination entries
+	v4, v6   *lpmTable  // prefix entries by family; nil when none
+	prefixes []netip.Prefix
+	req      chan<- [16]byte
+	changed  chan struct{} // closed when a newer snapshot is published
+	counts   [3]int        // entries (destinations and prefixes) by state
+	version  uint64        // 1 + the number of snapshots published before
 }
 
 // Version numbers the snapshots a Resolver publishes: a newer snapshot
@@ -159,12 +174,15 @@ func (s *Snapshot) Version() uint64 { return s.version }
 // drops the request; a later Lookup queues it again). Destinations that are
 // cached but not resolved (waiting for the neighbour, or failed) also
 // return false; Run retries those by itself.
+//
+// dst is answered by the longest cached prefix holding it, else by its own
+// entry.
 func (s *Snapshot) Lookup(dst netip.Addr) (Hop, bool) {
 	if !dst.IsValid() {
 		return Hop{}, false
 	}
 	k := dst.As16()
-	e := s.m[k]
+	e := s.find(&k)
 	if e == nil {
 		select {
 		case s.req <- k:
@@ -181,5 +199,30 @@ func (s *Snapshot) Lookup(dst netip.Addr) (Hop, bool) {
 	return e.hop, true
 }
 
-// Len returns the number of cached destinations, resolved or not.
-func (s *Snapshot) Len() int { return len(s.m) }
+// find returns the entry answering for the destination k (16-byte form),
+// or nil. Prefix entries come first: by construction no destination entry
+// lies inside a prefix entry once Run has settled, and clients behind a
+// gateway, the many, are answered without a second probe.
+func (s *Snapshot) find(k *[16]byte) *entry {
+	a0, a1 := words(k)
+	if is4(a0, a1) {
+		if s.v4 != nil {
+			if e := s.v4.lookup4(uint32(a1)); e != nil {
+				return e
+			}
+		}
+	} else if s.v6 != nil {
+		if e := s.v6.lookup6(a0, a1); e != nil {
+			return e
+		}
+	}
+	return s.dests.get(a0, a1)
+}
+
+// Len returns the number of cache entries: destinations, resolved or not,
+// and prefixes.
+func (s *Snapshot) Len() int { return s.dests.n + len(s.prefixes) }
+
+// Prefixes returns the prefixes the snapshot answers for as a whole, in
+// address order. It allocates; it is for tests and diagnostics.
+func (s *Snapshot) Prefixes() []netip.Prefix { return slices.Clone(s.prefixes) }

@@ -2,7 +2,6 @@ package nexthop
 
 import (
 	"context"
-	"maps"
 	"net/netip"
 	"testing"
 	"time"
@@ -11,13 +10,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// publish stands in for Run: it swaps in a snapshot holding m.
-func publish(r *Resolver, m map[[16]byte]*entry) {
-	s := &Snapshot{m: maps.Clone(m), req: r.req, changed: make(chan struct{}), version: r.tab.Load().version + 1}
-	for _, e := range s.m {
-		s.counts[e.state]++
+// publish stands in for Run: it swaps in a snapshot holding the entries of
+// m, destinations under their full-length prefixes (destKey) and prefix
+// entries under their prefixes.
+func publish(r *Resolver, m map[netip.Prefix]*entry) {
+	b := newDestBuilder()
+	var counts [3]int
+	var ps []prefixEntry
+	for p, e := range m {
+		counts[e.state]++
+		if isDest(p) {
+			b.put(p.Addr().As16(), e)
+		} else {
+			ps = append(ps, prefixEntry{p, e})
+		}
 	}
-	close(r.tab.Swap(s).changed)
+	v4, v6, prefixes := prefixTables(ps)
+	r.publish(b.publish(), v4, v6, prefixes, counts)
 }
 
 func testResolver(t testing.TB, cfg Config) *Resolver {
@@ -40,11 +49,30 @@ var (
 	}
 )
 
-func fixture() map[[16]byte]*entry {
-	return map[[16]byte]*entry{
-		dstResolved.As16(): {hop: hopResolved, state: stateResolved},
-		dstPending.As16():  {state: statePending},
-		dstFailed.As16():   {state: stateFailed, err: ErrNoRoute},
+var (
+	// Prefix entries: a gateway route's prefix, a longer one inside it, a
+	// pending one and an IPv6 one.
+	pfxWide    = netip.MustParsePrefix("198.19.0.0/16")
+	pfxNarrow  = netip.MustParsePrefix("198.19.7.0/24")
+	pfxPending = netip.MustParsePrefix("198.18.128.0/17")
+	pfx6       = netip.MustParsePrefix("2001:db8:100::/48")
+	hopWide    = Hop{IfIndex: 7, SrcMAC: [6]byte{2, 0, 0, 0, 0, 1}, DstMAC: [6]byte{2, 0, 0, 0, 0, 0xa},
+		Gateway: netip.MustParseAddr("198.18.0.10")}
+	hopNarrow = Hop{IfIndex: 8, SrcMAC: [6]byte{2, 0, 0, 0, 0, 3}, DstMAC: [6]byte{2, 0, 0, 0, 0, 0xb},
+		Gateway: netip.MustParseAddr("198.18.0.11")}
+	hop6 = Hop{IfIndex: 7, SrcMAC: [6]byte{2, 0, 0, 0, 0, 1}, DstMAC: [6]byte{2, 0, 0, 0, 0, 0xc},
+		Gateway: netip.MustParseAddr("2001:db8::10")}
+)
+
+func fixture() map[netip.Prefix]*entry {
+	return map[netip.Prefix]*entry{
+		destKey(dstResolved): {hop: hopResolved, state: stateResolved},
+		destKey(dstPending):  {state: statePending},
+		destKey(dstFailed):   {state: stateFailed, err: ErrNoRoute},
+		pfxWide:              {hop: hopWide, state: stateResolved, rep: netip.MustParseAddr("198.19.0.1")},
+		pfxNarrow:            {hop: hopNarrow, state: stateResolved, rep: netip.MustParseAddr("198.19.7.1")},
+		pfxPending:           {state: statePending, rep: netip.MustParseAddr("198.18.128.1")},
+		pfx6:                 {hop: hop6, state: stateResolved, rep: netip.MustParseAddr("2001:db8:100::1")},
 	}
 }
 
@@ -65,6 +93,16 @@ func TestSnapshotLookup(t *testing.T) {
 		{"failed", dstFailed, Hop{}, false, false},
 		{"unknown", dstUnknown, Hop{}, false, true},
 		{"invalid", netip.Addr{}, Hop{}, false, false},
+		{"prefix", netip.MustParseAddr("198.19.200.1"), hopWide, true, false},
+		{"prefix, first address", netip.MustParseAddr("198.19.0.0"), hopWide, true, false},
+		{"prefix, last address", netip.MustParseAddr("198.19.255.255"), hopWide, true, false},
+		{"prefix, v4-mapped form", netip.AddrFrom16(netip.MustParseAddr("198.19.1.1").As16()), hopWide, true, false},
+		{"longer prefix inside", netip.MustParseAddr("198.19.7.200"), hopNarrow, true, false},
+		{"just outside the longer prefix", netip.MustParseAddr("198.19.8.0"), hopWide, true, false},
+		{"just outside the prefix", netip.MustParseAddr("198.20.0.0"), Hop{}, false, true},
+		{"pending prefix", netip.MustParseAddr("198.18.200.9"), Hop{}, false, false},
+		{"prefix6", netip.MustParseAddr("2001:db8:100:ffff::9"), hop6, true, false},
+		{"just outside prefix6", netip.MustParseAddr("2001:db8:101::"), Hop{}, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,11 +118,17 @@ func TestSnapshotLookup(t *testing.T) {
 	}
 	// Lookups mark entries used, for the idle sweep.
 	s := r.Snapshot()
-	assert.True(t, s.m[dstResolved.As16()].used.Load())
-	assert.True(t, s.m[dstPending.As16()].used.Load())
-	assert.Equal(t, 3, s.Len())
+	for _, a := range []netip.Addr{dstResolved, dstPending, netip.MustParseAddr("198.19.7.1"),
+		netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("198.18.128.1")} {
+		k := a.As16()
+		assert.True(t, s.find(&k).used.Load(), a)
+	}
+	k := netip.MustParseAddr("2001:db8::99").As16()
+	assert.Nil(t, s.find(&k))
+	assert.Equal(t, 7, s.Len())
+	assert.Equal(t, []netip.Prefix{pfxPending, pfxWide, pfxNarrow, pfx6}, s.Prefixes())
 	st := r.Stats()
-	assert.Equal(t, Stats{Entries: 3, Resolved: 1, Pending: 1, Failed: 1}, st)
+	assert.Equal(t, Stats{Entries: 7, Resolved: 4, Pending: 2, Failed: 1, Prefixes: 4}, st)
 }
 
 func TestLookupNeverBlocks(t *testing.T) {
@@ -102,7 +146,12 @@ func TestLookupZeroAllocs(t *testing.T) {
 	s := r.Snapshot()
 	cases := map[string]netip.Addr{
 		"hit": dstResolved, "pending": dstPending, "miss": dstUnknown,
-		"hit6": netip.MustParseAddr("2001:db8::3"),
+		"failed6":     netip.MustParseAddr("2001:db8::3"),
+		"prefix":      netip.MustParseAddr("198.19.99.1"),
+		"prefix6":     netip.MustParseAddr("2001:db8:100::99"),
+		"miss6":       netip.MustParseAddr("2001:db8:200::1"),
+		"nested":      netip.MustParseAddr("198.19.7.99"),
+		"prefixMiss6": netip.MustParseAddr("2001:db8:101::1"),
 	}
 	for name, dst := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -121,7 +170,7 @@ func TestResolveWaitsForRun(t *testing.T) {
 	go func() {
 		k := <-r.req
 		m := fixture()
-		m[k] = &entry{hop: hopResolved, state: stateResolved}
+		m[destKey(netip.AddrFrom16(k))] = &entry{hop: hopResolved, state: stateResolved}
 		publish(r, m)
 	}()
 	hop, err := r.Resolve(ctx, dstUnknown)
@@ -130,6 +179,10 @@ func TestResolveWaitsForRun(t *testing.T) {
 
 	_, err = r.Resolve(ctx, dstFailed)
 	assert.ErrorIs(t, err, ErrNoRoute)
+
+	hop, err = r.Resolve(ctx, netip.MustParseAddr("198.19.42.42"))
+	require.NoError(t, err, "answered by a prefix entry")
+	assert.Equal(t, hopWide, hop)
 
 	short, cancel2 := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel2()
@@ -163,7 +216,7 @@ func BenchmarkLookup(b *testing.B) {
 	m := fixture()
 	// A realistic table: a few thousand destinations (hosts behind a Mux).
 	for i := range 4096 {
-		m[netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}).As16()] = &entry{hop: hopResolved, state: stateResolved}
+		m[destKey(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}))] = &entry{hop: hopResolved, state: stateResolved}
 	}
 	publish(r, m)
 	dst := netip.AddrFrom4([4]byte{198, 18, 3, 7})
@@ -185,7 +238,7 @@ func BenchmarkLookup(b *testing.B) {
 		b.ReportAllocs()
 		plain := make(map[[16]byte]Hop, len(m))
 		for k, e := range m {
-			plain[k] = e.hop
+			plain[k.Addr().As16()] = e.hop
 		}
 		var sink Hop
 		for b.Loop() {

@@ -27,20 +27,29 @@ type Resolver struct {
 
 	stats struct {
 		resolutions, neighEvents, routeEvents, linkEvents, triggers, resyncs, evictions atomic.Uint64
+		fibMatches, prefixesLearned, covered                                            atomic.Uint64
 	}
 }
 
-// Stats counts what a Resolver has done. Entries are from the current
-// snapshot; the rest are totals since NewResolver.
+// Stats counts what a Resolver has done. Entries to Prefixes are from the
+// current snapshot; the rest are totals since NewResolver.
 type Stats struct {
+	// Entries counts cache entries, destinations and prefixes; Resolved,
+	// Pending and Failed split them by state.
 	Entries, Resolved, Pending, Failed int
-	Resolutions                        uint64 // FIB lookups made
-	NeighborEvents                     uint64 // neighbour updates received
-	RouteEvents                        uint64 // route updates received
-	LinkEvents                         uint64 // link updates received
-	Triggers                           uint64 // neighbour resolutions asked of the kernel
-	Resyncs                            uint64 // full resynchronisations after losing events
-	Evictions                          uint64 // destinations forgotten as idle
+	// Prefixes counts the entries that answer for a whole prefix.
+	Prefixes int
+
+	Resolutions     uint64 // destinations and prefix entries resolved (an RTM_GETROUTE each)
+	FIBMatches      uint64 // FIB-match lookups made to learn a route's prefix
+	PrefixesLearned uint64 // prefix entries made
+	Covered         uint64 // misses that reached Run and were answered by a prefix entry learned meanwhile, with no FIB lookup
+	NeighborEvents  uint64 // neighbour updates received
+	RouteEvents     uint64 // route updates received
+	LinkEvents      uint64 // link updates received
+	Triggers        uint64 // neighbour resolutions asked of the kernel
+	Resyncs         uint64 // full resynchronisations after losing events
+	Evictions       uint64 // entries forgotten as idle
 }
 
 func newResolver(cfg Config) (*Resolver, error) {
@@ -54,8 +63,16 @@ func newResolver(cfg Config) (*Resolver, error) {
 		closing: make(chan struct{}),
 		runDone: make(chan struct{}),
 	}
-	r.tab.Store(&Snapshot{req: r.req, changed: make(chan struct{}), version: 1})
+	r.tab.Store(&Snapshot{dests: new(destTable), req: r.req, changed: make(chan struct{}), version: 1})
 	return r, nil
+}
+
+// publish swaps in a snapshot of the given tables and wakes the waiters
+// on the previous one. Run is the only publisher.
+func (r *Resolver) publish(dests *destTable, v4, v6 *lpmTable, prefixes []netip.Prefix, counts [3]int) {
+	s := &Snapshot{dests: dests, v4: v4, v6: v6, prefixes: prefixes, req: r.req,
+		changed: make(chan struct{}), counts: counts, version: r.tab.Load().version + 1}
+	close(r.tab.Swap(s).changed)
 }
 
 // Snapshot returns the current view of the cache. Take one per batch.
@@ -82,7 +99,7 @@ func (r *Resolver) Resolve(ctx context.Context, dst netip.Addr) (Hop, error) {
 	k := dst.As16()
 	for {
 		s := r.tab.Load()
-		if e := s.m[k]; e != nil {
+		if e := s.find(&k); e != nil {
 			e.used.Store(true)
 			switch e.state {
 			case stateResolved:
@@ -113,17 +130,21 @@ func (r *Resolver) Resolve(ctx context.Context, dst netip.Addr) (Hop, error) {
 func (r *Resolver) Stats() Stats {
 	s := r.tab.Load()
 	return Stats{
-		Entries:        len(s.m),
-		Pending:        s.counts[statePending],
-		Resolved:       s.counts[stateResolved],
-		Failed:         s.counts[stateFailed],
-		Resolutions:    r.stats.resolutions.Load(),
-		NeighborEvents: r.stats.neighEvents.Load(),
-		RouteEvents:    r.stats.routeEvents.Load(),
-		LinkEvents:     r.stats.linkEvents.Load(),
-		Triggers:       r.stats.triggers.Load(),
-		Resyncs:        r.stats.resyncs.Load(),
-		Evictions:      r.stats.evictions.Load(),
+		Entries:         s.Len(),
+		Pending:         s.counts[statePending],
+		Resolved:        s.counts[stateResolved],
+		Failed:          s.counts[stateFailed],
+		Prefixes:        len(s.prefixes),
+		Resolutions:     r.stats.resolutions.Load(),
+		FIBMatches:      r.stats.fibMatches.Load(),
+		PrefixesLearned: r.stats.prefixesLearned.Load(),
+		Covered:         r.stats.covered.Load(),
+		NeighborEvents:  r.stats.neighEvents.Load(),
+		RouteEvents:     r.stats.routeEvents.Load(),
+		LinkEvents:      r.stats.linkEvents.Load(),
+		Triggers:        r.stats.triggers.Load(),
+		Resyncs:         r.stats.resyncs.Load(),
+		Evictions:       r.stats.evictions.Load(),
 	}
 }
 

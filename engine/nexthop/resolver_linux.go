@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
+	"hash/fnv"
 	"net"
 	"net/netip"
 	"time"
@@ -92,13 +92,19 @@ func (r *Resolver) Run(ctx context.Context) error {
 		r:         r,
 		h:         r.sys.h,
 		managed:   !r.cfg.DisableManaged && managedSupported(kernelRelease()),
-		cur:       make(map[[16]byte]*entry),
+		prefix:    !r.cfg.DisablePrefixCache,
+		cur:       make(map[netip.Prefix]*entry),
+		pkeys:     make(map[netip.Prefix]struct{}),
 		neigh:     make(map[neighKey]neighInfo),
-		byNeigh:   make(map[neighKey]map[[16]byte]struct{}),
+		byNeigh:   make(map[neighKey]map[netip.Prefix]struct{}),
 		links:     make(map[int]linkInfo),
+		routeIDs:  make(map[routeID]int32),
+		rules:     make(map[netip.Prefix]struct{}),
+		dests:     newDestBuilder(),
 		ours:      make(map[neighKey]struct{}),
 		triggered: make(map[neighKey]time.Time),
-		dirty:     make(map[[16]byte]struct{}),
+		dirty:     make(map[netip.Prefix]struct{}),
+		spare:     make(map[netip.Prefix]struct{}),
 	}
 	defer st.releaseManaged()
 
@@ -163,22 +169,36 @@ type linkInfo struct {
 }
 
 // runState is everything Run owns. Only Run's goroutine touches it.
+//
+// Entries are keyed by prefix: a destination's key is its full-length
+// prefix (/32, /128), a prefix entry's the prefix it answers for.
 type runState struct {
 	r       *Resolver
 	h       *netlink.Handle
 	managed bool // trigger with managed entries (else NTF_USE)
+	prefix  bool // learn prefix entries (Config.DisablePrefixCache unset)
 
-	cur     map[[16]byte]*entry                // the next snapshot's contents
-	neigh   map[neighKey]neighInfo             // mirror of the kernel's neighbour tables
-	byNeigh map[neighKey]map[[16]byte]struct{} // destinations using each neighbour
-	links   map[int]linkInfo                   // egress links seen, by index
+	cur     map[netip.Prefix]*entry                // the next snapshot's contents
+	pkeys   map[netip.Prefix]struct{}              // the prefix entries among cur
+	plen    [2][129]int32                          // prefix entries by family and length
+	neigh   map[neighKey]neighInfo                 // mirror of the kernel's neighbour tables
+	byNeigh map[neighKey]map[netip.Prefix]struct{} // entries using each neighbour
+	links   map[int]linkInfo                       // egress links seen, by index
 
-	ours                   map[neighKey]struct{}  // neighbours we made managed
-	triggered              map[neighKey]time.Time // last trigger per neighbour
-	dirty                  map[[16]byte]struct{}  // destinations to resolve again
-	routeDirt              []*net.IPNet           // changed route prefixes not yet applied
-	routeAll               bool                   // too many route changes: recheck everything
-	changed                bool                   // cur differs from the published snapshot
+	bounds   boundaries                // route and rule prefixes (with prefix caching only)
+	routeIDs map[routeID]int32         // the routes whose prefixes bounds holds
+	rules    map[netip.Prefix]struct{} // the rule destinations bounds holds
+
+	dests   destBuilder // the per-destination entries of the next snapshot
+	pfxDiff bool        // prefix entries changed since the last publish
+	counts  [3]int      // entries by state
+
+	ours                   map[neighKey]struct{}     // neighbours we made managed
+	triggered              map[neighKey]time.Time    // last trigger per neighbour
+	dirty, spare           map[netip.Prefix]struct{} // entries or destinations to resolve (again)
+	routeDirt              []netip.Prefix            // changed route prefixes not yet applied
+	routeAll               bool                      // too many route changes: recheck everything
+	changed                bool                      // cur differs from the published snapshot
 	lastSweep, lastRefresh time.Time
 }
 
@@ -230,6 +250,11 @@ func (st *runState) session(ctx context.Context, resync bool) error {
 	// as an event, so the mirror cannot miss one.
 	if err := st.loadNeighbors(); err != nil {
 		return fmt.Errorf("%w: neighbour dump: %w", errSubscribe, err)
+	}
+	if st.prefix {
+		if err := st.loadBoundaries(); err != nil {
+			return fmt.Errorf("%w: route dump: %w", errSubscribe, err)
+		}
 	}
 	if resync {
 		r.stats.resyncs.Add(1)
@@ -339,13 +364,14 @@ func toNeighInfo(u *netlink.Neigh) (neighKey, neighInfo, bool) {
 
 // onRequest handles a miss queued by Lookup or Resolve.
 func (st *runState) onRequest(k [16]byte) {
-	if _, ok := st.cur[k]; ok {
+	p := destKey(netip.AddrFrom16(k))
+	if _, ok := st.cur[p]; ok {
 		return // already cached (duplicate request)
 	}
-	st.dirty[k] = struct{}{}
+	st.dirty[p] = struct{}{} // flush first checks whether a prefix entry answers for it
 }
 
-// onNeigh updates the neighbour mirror and the destinations using it.
+// onNeigh updates the neighbour mirror and the entries using it.
 func (st *runState) onNeigh(u netlink.NeighUpdate) {
 	st.r.stats.neighEvents.Add(1)
 	nk, n, ok := toNeighInfo(&u.Neigh)
@@ -359,54 +385,232 @@ func (st *runState) onNeigh(u netlink.NeighUpdate) {
 	} else {
 		st.neigh[nk] = n
 	}
-	for k := range st.byNeigh[nk] {
-		st.reneigh(k)
+	for p := range st.byNeigh[nk] {
+		st.reneigh(p)
 	}
 }
 
-// reneigh re-evaluates destination k after its neighbour changed, without
-// asking the FIB again.
-func (st *runState) reneigh(k [16]byte) {
-	old := st.cur[k]
+// reneigh re-evaluates entry p after its neighbour changed, without asking
+// the FIB again.
+func (st *runState) reneigh(p netip.Prefix) {
+	old := st.cur[p]
 	if old == nil || old.nh == (neighKey{}) {
 		return
 	}
-	ne := &entry{hop: old.hop, nh: old.nh}
+	ne := &entry{hop: old.hop, nh: old.nh, rep: old.rep}
 	st.applyNeigh(ne)
-	st.set(k, old, ne)
+	st.set(p, old, ne)
 	st.ensure(ne.nh, false)
 }
 
-// onRoute records a changed route prefix; applyRoutes acts on the batch.
+// routeID identifies a route for the mirror of route prefixes. The mirror
+// must never miss a prefix the kernel holds (a prefix entry could then
+// straddle a route), while holding one too many only cuts prefix entries
+// smaller. So identities are counted, not set: a route announced twice
+// (replaced in place, or seen in the dump and as an event while Run
+// subscribed) is kept until deleted twice, and two routes that look the
+// same to us (vishvananda/netlink does not parse RTA_SRC, the source
+// prefix of IPv6 source-specific routes) are both deleted before their
+// prefix goes. A prefix held too long goes at the next refresh, which
+// reloads the mirror when the tables are small (mirrorReloadMax routes).
+type routeID struct {
+	dst   netip.Prefix
+	table int
+	typ   int
+	tos   int
+	prio  int
+	oif   int
+	gw    netip.Addr
+	src   netip.Addr // preferred source
+	paths uint64     // a hash of the multipath next hops, 0 for none
+}
+
+// mirrorReloadMax is the largest mirror of route prefixes reloaded from a
+// dump on every refresh. Bigger ones (full Internet tables) follow the
+// route notifications only and are reloaded on resynchronisation.
+const mirrorReloadMax = 1 << 16
+
+// ipnetPrefix converts a route's or rule's destination; nil is the
+// family's default route.
+func ipnetPrefix(n *net.IPNet, fam int) (netip.Prefix, bool) {
+	if n == nil {
+		switch fam {
+		case unix.AF_INET:
+			return netip.PrefixFrom(netip.IPv4Unspecified(), 0), true
+		case unix.AF_INET6:
+			return netip.PrefixFrom(netip.IPv6Unspecified(), 0), true
+		}
+		return netip.Prefix{}, false
+	}
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	a = a.Unmap()
+	ones, size := n.Mask.Size()
+	if size != a.BitLen() && !(size == 128 && a.Is4() && ones >= 96) {
+		return netip.Prefix{}, false
+	}
+	if size == 128 && a.Is4() {
+		ones -= 96
+	}
+	return netip.PrefixFrom(a, ones).Masked(), true
+}
+
+// routeKey returns the prefix and identity of an IPv4 or IPv6 route.
+func routeKey(rt *netlink.Route) (routeID, bool) {
+	if rt.Family != unix.AF_INET && rt.Family != unix.AF_INET6 {
+		return routeID{}, false
+	}
+	p, ok := ipnetPrefix(rt.Dst, rt.Family)
+	if !ok {
+		return routeID{}, false
+	}
+	id := routeID{dst: p, table: rt.Table, typ: rt.Type, tos: rt.Tos, prio: rt.Priority,
+		oif: rt.LinkIndex, gw: gatewayOf(rt)}
+	if src, ok := netip.AddrFromSlice(rt.Src); ok {
+		id.src = src.Unmap()
+	}
+	for _, nh := range rt.MultiPath {
+		h := fnv.New64a()
+		h.Write(nh.Gw)
+		if via, ok := nh.Via.(*netlink.Via); ok {
+			h.Write(via.Addr)
+		}
+		fmt.Fprint(h, nh.LinkIndex, nh.Hops)
+		id.paths = id.paths*31 + h.Sum64()
+	}
+	return id, true
+}
+
+// addRoute and delRoute keep the mirror of route prefixes in step with
+// one route announced or deleted.
+func (st *runState) addRoute(id routeID) {
+	st.routeIDs[id]++
+	if st.routeIDs[id] == 1 {
+		st.bounds.add(id.dst)
+	}
+}
+
+func (st *runState) delRoute(id routeID) {
+	switch st.routeIDs[id] {
+	case 0:
+	case 1:
+		delete(st.routeIDs, id)
+		st.bounds.remove(id.dst)
+	default:
+		st.routeIDs[id]--
+	}
+}
+
+// onRoute keeps the route mirror current and records the changed prefix;
+// applyRoutes acts on the batch.
 func (st *runState) onRoute(u netlink.RouteUpdate) {
 	st.r.stats.routeEvents.Add(1)
+	id, ok := routeKey(&u.Route)
+	if !ok {
+		return // not IPv4 or IPv6: cannot change our answers
+	}
+	if st.prefix {
+		switch u.Type {
+		case unix.RTM_NEWROUTE:
+			st.addRoute(id)
+		case unix.RTM_DELROUTE:
+			st.delRoute(id)
+		}
+	}
 	if st.routeAll {
 		return
 	}
-	if u.Dst == nil || len(st.routeDirt) >= 64 {
+	if len(st.routeDirt) >= 64 {
 		st.routeAll = true
 		st.routeDirt = st.routeDirt[:0]
 		return
 	}
-	st.routeDirt = append(st.routeDirt, u.Dst)
+	st.routeDirt = append(st.routeDirt, id.dst)
 }
 
-// applyRoutes marks for resolution every destination, or gateway, inside a
-// changed prefix: a route for P can only change the lookup of addresses in
-// P, and the reachability of gateways in P.
+// loadBoundaries rebuilds the mirror of route and rule prefixes from a
+// dump of every routing table and the policy rules. On error the mirror is
+// left as it was.
+func (st *runState) loadBoundaries() error {
+	oldBounds, oldIDs, oldRules := st.bounds, st.routeIDs, st.rules
+	var err error
+	for range 5 {
+		st.bounds, st.routeIDs, st.rules = boundaries{}, make(map[routeID]int32, len(oldIDs)), make(map[netip.Prefix]struct{})
+		err = st.h.RouteListFilteredIter(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC},
+			netlink.RT_FILTER_TABLE, func(rt netlink.Route) bool {
+				if id, ok := routeKey(&rt); ok {
+					st.addRoute(id)
+				}
+				return true
+			})
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
+	if err != nil {
+		st.bounds, st.routeIDs, st.rules = oldBounds, oldIDs, oldRules
+		return err
+	}
+	if st.loadRules() != nil {
+		// No rules read: keep the old ones rather than none.
+		for p := range oldRules {
+			st.bounds.add(p)
+		}
+		st.rules = oldRules
+	}
+	return nil
+}
+
+// loadRules brings the rule destinations in the mirror up to date (rules
+// have no notifications we follow: this runs on every refresh). On error
+// the mirror is left as it was.
+func (st *runState) loadRules() error {
+	rules, err := st.h.RuleList(netlink.FAMILY_ALL)
+	if err != nil {
+		st.r.cfg.Logger.Debug("nexthop: rule dump", "err", err)
+		return err
+	}
+	next := make(map[netip.Prefix]struct{})
+	for i := range rules {
+		if rules[i].Dst == nil {
+			continue
+		}
+		if p, ok := ipnetPrefix(rules[i].Dst, rules[i].Family); ok && p.Bits() > 0 {
+			next[p] = struct{}{}
+		}
+	}
+	for p := range st.rules {
+		if _, ok := next[p]; !ok {
+			st.bounds.remove(p)
+		}
+	}
+	for p := range next {
+		if _, ok := st.rules[p]; !ok {
+			st.bounds.add(p)
+		}
+	}
+	st.rules = next
+	return nil
+}
+
+// applyRoutes marks for resolution every entry overlapping a changed
+// prefix, or whose gateway is inside one: a route for P can only change the
+// lookup of addresses in P (for a prefix entry containing P, of part of
+// it), and the reachability of gateways in P.
 func (st *runState) applyRoutes() {
 	if !st.routeAll && len(st.routeDirt) == 0 {
 		return
 	}
-	for k, e := range st.cur {
+	for p, e := range st.cur {
 		if st.routeAll {
-			st.dirty[k] = struct{}{}
+			st.dirty[p] = struct{}{}
 			continue
 		}
-		dst := netip.AddrFrom16(k).Unmap()
-		for _, p := range st.routeDirt {
-			if p.Contains(dst.AsSlice()) || (e.hop.Gateway.IsValid() && p.Contains(e.hop.Gateway.AsSlice())) {
-				st.dirty[k] = struct{}{}
+		for _, rp := range st.routeDirt {
+			if rp.Overlaps(p) || (e.hop.Gateway.IsValid() && rp.Contains(e.hop.Gateway)) {
+				st.dirty[p] = struct{}{}
 				break
 			}
 		}
@@ -415,15 +619,15 @@ func (st *runState) applyRoutes() {
 	st.flush()
 }
 
-// onLink forgets what is known about a link and re-resolves destinations
+// onLink forgets what is known about a link and re-resolves the entries
 // leaving through it (its MAC, state or routes may have changed).
 func (st *runState) onLink(u netlink.LinkUpdate) {
 	st.r.stats.linkEvents.Add(1)
 	idx := int(u.Index)
 	delete(st.links, idx)
-	for k, e := range st.cur {
+	for p, e := range st.cur {
 		if e.hop.IfIndex == idx {
-			st.dirty[k] = struct{}{}
+			st.dirty[p] = struct{}{}
 		}
 	}
 }
@@ -438,8 +642,13 @@ func (st *runState) onTick(now time.Time) {
 	}
 	if now.Sub(st.lastRefresh) >= cfg.RefreshInterval {
 		st.lastRefresh = now
-		for k := range st.cur {
-			st.dirty[k] = struct{}{}
+		if st.prefix {
+			if len(st.routeIDs) > mirrorReloadMax || st.loadBoundaries() != nil {
+				_ = st.loadRules()
+			}
+		}
+		for p := range st.cur {
+			st.dirty[p] = struct{}{}
 		}
 		if !st.managed {
 			// Without managed entries nothing keeps used neighbours
@@ -453,83 +662,219 @@ func (st *runState) onTick(now time.Time) {
 	}
 	if cfg.IdleTimeout > 0 && now.Sub(st.lastSweep) >= cfg.IdleTimeout {
 		st.lastSweep = now
-		for k, e := range st.cur {
+		for p, e := range st.cur {
 			if !e.used.Swap(false) {
-				st.evict(k, e)
+				st.evict(p, e)
 			}
 		}
 	}
 	st.flush()
 }
 
-// flush resolves the dirty destinations and publishes a new snapshot if
+// flushRounds bounds the passes flush makes over entries that resolving
+// others marked (stale prefix entries overlapping a new answer).
+const flushRounds = 4
+
+// flush resolves the dirty entries and publishes a new snapshot if
 // anything changed.
 func (st *runState) flush() {
-	for k := range st.dirty {
-		st.resolve(k)
+	for round := 0; round < flushRounds && len(st.dirty) > 0; round++ {
+		work := st.dirty
+		st.dirty, st.spare = st.spare, nil
+		// Prefix entries first: once current, they answer for the queued
+		// destinations inside them.
+		for p := range work {
+			if !isDest(p) {
+				st.resolve(p)
+			}
+		}
+		for p := range work {
+			if isDest(p) {
+				st.resolve(p)
+			}
+		}
+		clear(work)
+		st.spare = work
 	}
-	clear(st.dirty)
 	if !st.changed {
 		return
 	}
 	st.changed = false
-	s := &Snapshot{m: maps.Clone(st.cur), req: st.r.req, changed: make(chan struct{}),
-		version: st.r.tab.Load().version + 1} // Run is the only publisher
-	for _, e := range s.m {
-		s.counts[e.state]++
+	prev := st.r.tab.Load()
+	v4, v6, prefixes := prev.v4, prev.v6, prev.prefixes
+	if st.pfxDiff {
+		st.pfxDiff = false
+		ps := make([]prefixEntry, 0, len(st.pkeys))
+		for p := range st.pkeys {
+			ps = append(ps, prefixEntry{p, st.cur[p]})
+		}
+		v4, v6, prefixes = prefixTables(ps)
 	}
-	old := st.r.tab.Swap(s)
-	close(old.changed)
+	st.r.publish(st.dests.publish(), v4, v6, prefixes, st.counts)
 }
 
-// resolve looks destination k up in the FIB and the neighbour mirror.
-func (st *runState) resolve(k [16]byte) {
+// resolve resolves entry p (a destination, or a prefix entry through its
+// representative) from the FIB and the neighbour mirror. The answer may
+// hold for another key than p: a destination behind a gateway route
+// yields a prefix entry, and a prefix entry whose route changed yields
+// another prefix or its representative's own entry. p's entry then gives
+// way to it.
+func (st *runState) resolve(p netip.Prefix) {
+	old := st.cur[p]
+	var dst netip.Addr
+	if isDest(p) {
+		dst = p.Addr()
+		if old == nil {
+			if _, ok := st.covered(dst); ok {
+				st.r.stats.covered.Add(1)
+				return
+			}
+		}
+	} else {
+		if old == nil {
+			return // dropped since it was marked
+		}
+		dst = old.rep
+	}
 	st.r.stats.resolutions.Add(1)
-	dst := netip.AddrFrom16(k).Unmap()
-	old := st.cur[k]
-	ne := st.route(dst)
+	ne, q := st.route(dst)
 	if ne.nh != (neighKey{}) {
 		st.applyNeigh(ne)
 	}
-	if old == nil {
-		ne.used.Store(true) // it was just asked for
+	used := old == nil || old.used.Load() // a new destination was just asked for
+	if q != p {
+		if old != nil {
+			st.remove(p, old)
+		}
+		old = st.cur[q]
+		if !isDest(q) {
+			if old != nil {
+				ne.rep = old.rep // the same answer from another destination is no change
+			} else {
+				st.overlapping(q)
+			}
+		}
 	}
-	st.set(k, old, ne)
+	if !isDest(q) && ne.rep == (netip.Addr{}) {
+		ne.rep = dst
+	}
+	if used {
+		ne.used.Store(true)
+	}
+	if isDest(q) && st.prefix {
+		if c, ok := st.covered(dst); ok {
+			// A prefix entry claims dst but the kernel answers for dst
+			// alone: that entry is out of date.
+			st.dirty[c] = struct{}{}
+		}
+	}
+	st.set(q, old, ne)
 	if ne.nh != (neighKey{}) {
 		st.ensure(ne.nh, false)
 	}
 }
 
-// route fills the route part of an entry for dst.
-func (st *runState) route(dst netip.Addr) *entry {
+// overlapping marks for resolution the prefix entries overlapping q, a new
+// prefix entry: the mirror they were carved with is out of date.
+func (st *runState) overlapping(q netip.Prefix) {
+	for p := range st.pkeys {
+		if p.Overlaps(q) {
+			st.dirty[p] = struct{}{}
+		}
+	}
+}
+
+// covered returns the longest prefix entry holding a, if any.
+func (st *runState) covered(a netip.Addr) (netip.Prefix, bool) {
+	f := family(a)
+	for l := a.BitLen() - 1; l >= 0; l-- {
+		if st.plen[f][l] == 0 {
+			continue
+		}
+		q := netip.PrefixFrom(a, l).Masked()
+		if _, ok := st.pkeys[q]; ok {
+			return q, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
+// route fills the route part of an entry for dst and returns the key it
+// answers for: dst's own, or with prefix caching, for a destination behind
+// a single-path gateway route, the largest prefix around dst inside that
+// route's prefix that no other route or rule splits.
+func (st *runState) route(dst netip.Addr) (*entry, netip.Prefix) {
+	self := destKey(dst)
 	routes, err := st.h.RouteGet(dst.AsSlice())
 	if err != nil || len(routes) == 0 {
-		return &entry{state: stateFailed, err: ErrNoRoute}
+		return &entry{state: stateFailed, err: ErrNoRoute}, self
 	}
 	rt := routes[0]
 	if rt.Type != unix.RTN_UNICAST {
-		return &entry{state: stateFailed, err: ErrNotUnicast}
+		return &entry{state: stateFailed, err: ErrNotUnicast}, self
 	}
 	li, ok := st.link(rt.LinkIndex)
 	if !ok {
-		return &entry{state: stateFailed, err: ErrNotEthernet, hop: Hop{IfIndex: rt.LinkIndex}}
+		return &entry{state: stateFailed, err: ErrNotEthernet, hop: Hop{IfIndex: rt.LinkIndex}}, self
 	}
 	e := &entry{hop: Hop{IfIndex: rt.LinkIndex, SrcMAC: li.mac}}
 	if src, ok := netip.AddrFromSlice(rt.Src); ok {
 		e.hop.Src = src.Unmap()
 	}
 	nh := dst
-	if gw, ok := netip.AddrFromSlice(rt.Gw); ok {
-		nh = gw.Unmap()
-		e.hop.Gateway = nh
-	} else if via, ok := rt.Via.(*netlink.Via); ok {
-		if gw, ok := netip.AddrFromSlice(via.Addr); ok { // RFC 5549: IPv4 via an IPv6 gateway
-			nh = gw.Unmap()
-			e.hop.Gateway = nh
-		}
+	if gw := gatewayOf(&rt); gw.IsValid() {
+		nh = gw
+		e.hop.Gateway = gw
 	}
 	e.nh = neighKey{int32(rt.LinkIndex), nh.As16()}
-	return e
+	if e.hop.Gateway.IsValid() && st.prefix {
+		if q, ok := st.fibPrefix(dst, &rt); ok {
+			return e, q
+		}
+	}
+	return e, self
+}
+
+// gatewayOf returns a route's gateway (RTA_GATEWAY, or RTA_VIA for an IPv4
+// route via an IPv6 gateway, RFC 5549), or the zero Addr.
+func gatewayOf(rt *netlink.Route) netip.Addr {
+	if gw, ok := netip.AddrFromSlice(rt.Gw); ok {
+		return gw.Unmap()
+	}
+	if via, ok := rt.Via.(*netlink.Via); ok {
+		if gw, ok := netip.AddrFromSlice(via.Addr); ok {
+			return gw.Unmap()
+		}
+	}
+	return netip.Addr{}
+}
+
+// fibPrefix asks the kernel which FIB entry dst matched (RTM_F_FIB_MATCH)
+// and returns the prefix the answer rt holds for. It declines (false) when
+// the entry is not the single-path route rt came from (a multipath route,
+// on which the kernel picks a path per destination, or a route changed
+// between the two requests), or when routes or rules inside it leave only
+// dst itself.
+func (st *runState) fibPrefix(dst netip.Addr, rt *netlink.Route) (netip.Prefix, bool) {
+	st.r.stats.fibMatches.Add(1)
+	fm, err := st.h.RouteGetWithOptions(dst.AsSlice(), &netlink.RouteGetOptions{FIBMatch: true})
+	if err != nil || len(fm) != 1 {
+		return netip.Prefix{}, false
+	}
+	f := &fm[0]
+	if f.Type != unix.RTN_UNICAST || len(f.MultiPath) != 0 || f.LinkIndex != rt.LinkIndex ||
+		gatewayOf(f) != gatewayOf(rt) {
+		return netip.Prefix{}, false
+	}
+	p, ok := ipnetPrefix(f.Dst, f.Family)
+	if !ok || !p.Contains(dst) {
+		return netip.Prefix{}, false
+	}
+	bits := st.bounds.carve(dst, p.Bits())
+	if bits >= dst.BitLen() {
+		return netip.Prefix{}, false
+	}
+	return netip.PrefixFrom(dst, bits).Masked(), true
 }
 
 // applyNeigh completes e (whose route part is set) from the neighbour mirror.
@@ -561,9 +906,10 @@ func (st *runState) link(idx int) (linkInfo, bool) {
 	return li, li.ethernet
 }
 
-// set replaces destination k's entry old (nil if none) with ne, keeping the
-// neighbour index in step. An unchanged entry keeps its old pointer.
-func (st *runState) set(k [16]byte, old, ne *entry) {
+// set replaces entry p's old value (nil if none) with ne, keeping the
+// neighbour index, the counts and the next snapshot's tables in step. An
+// unchanged entry keeps its old pointer.
+func (st *runState) set(p netip.Prefix, old, ne *entry) {
 	if old != nil && old.same(ne) {
 		return
 	}
@@ -572,27 +918,38 @@ func (st *runState) set(k [16]byte, old, ne *entry) {
 			ne.used.Store(true)
 		}
 		if old.nh != ne.nh {
-			st.unindex(k, old.nh)
+			st.unindex(p, old.nh)
 		}
+		st.counts[old.state]--
+	} else if !isDest(p) {
+		st.pkeys[p] = struct{}{}
+		st.plen[family(p.Addr())][p.Bits()]++
+		st.r.stats.prefixesLearned.Add(1)
 	}
 	if ne.nh != (neighKey{}) {
 		s := st.byNeigh[ne.nh]
 		if s == nil {
-			s = make(map[[16]byte]struct{})
+			s = make(map[netip.Prefix]struct{})
 			st.byNeigh[ne.nh] = s
 		}
-		s[k] = struct{}{}
+		s[p] = struct{}{}
 	}
-	st.cur[k] = ne
+	st.counts[ne.state]++
+	st.cur[p] = ne
+	if isDest(p) {
+		st.dests.put(p.Addr().As16(), ne)
+	} else {
+		st.pfxDiff = true
+	}
 	st.changed = true
 }
 
-func (st *runState) unindex(k [16]byte, nk neighKey) {
+func (st *runState) unindex(p netip.Prefix, nk neighKey) {
 	if nk == (neighKey{}) {
 		return
 	}
 	s := st.byNeigh[nk]
-	delete(s, k)
+	delete(s, p)
 	if len(s) == 0 {
 		delete(st.byNeigh, nk)
 		delete(st.triggered, nk)
@@ -602,11 +959,25 @@ func (st *runState) unindex(k [16]byte, nk neighKey) {
 	}
 }
 
-func (st *runState) evict(k [16]byte, e *entry) {
-	st.r.stats.evictions.Add(1)
-	delete(st.cur, k)
-	st.unindex(k, e.nh)
+// remove deletes entry p (whose value is e).
+func (st *runState) remove(p netip.Prefix, e *entry) {
+	delete(st.cur, p)
+	st.unindex(p, e.nh)
+	st.counts[e.state]--
+	if isDest(p) {
+		st.dests.del(p.Addr().As16())
+	} else {
+		delete(st.pkeys, p)
+		st.plen[family(p.Addr())][p.Bits()]--
+		st.pfxDiff = true
+	}
 	st.changed = true
+}
+
+// evict forgets an idle entry.
+func (st *runState) evict(p netip.Prefix, e *entry) {
+	st.r.stats.evictions.Add(1)
+	st.remove(p, e)
 }
 
 // ensure asks the kernel to resolve neighbour nk if it needs to, at most
