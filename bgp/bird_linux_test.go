@@ -2,33 +2,28 @@ package bgp
 
 import (
 	"bufio"
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/vishvananda/netlink"
 
+	"github.com/xdplb/xdplb/internal/fleetlab"
+	"github.com/xdplb/xdplb/internal/fleetlab/fleetlabtest"
 	"github.com/xdplb/xdplb/internal/netlab"
 )
 
 // The BIRD tests put BIRD 2 (Debian package bird2) in a "router" namespace
 // and one Announcer per "mux" namespace, each in a helper process (see
-// helper_test.go), joined to the router by its own veth pair:
+// helper_test.go), joined to the router by its own veth pair (a
+// fleetlab.Star):
 //
 //	mux1 [up 198.18.1.2/24 2001:db8:1::2/64] ── [m1 198.18.1.1/24 2001:db8:1::1/64]
 //	                                                          router (BIRD, AS 65000)
@@ -41,43 +36,10 @@ import (
 // by both Muxes becomes one ECMP route with two next hops. The tests read
 // that kernel table through netlink and BIRD's view through birdc.
 
-// birdConfig is the router's configuration. %s: the two Mux protocols.
-const birdConfig = `
-log stderr all;
-router id 198.18.0.1;
-
-protocol device {
-	scan time 10;
-}
-
-# ECMP towards the Muxes: routes of equal BGP preference are merged into
-# one multipath kernel route.
-protocol kernel kernel4 {
-	ipv4 { import none; export all; };
-	merge paths on;
-}
-protocol kernel kernel6 {
-	ipv6 { import none; export all; };
-	merge paths on;
-}
-
-template bgp mux {
-	local as 65000;
-	hold time 9;
-	connect delay time 1;
-	connect retry time 1;
-	error wait time 1, 5;
-	# IPv4 and IPv6 unicast on every (IPv4) session: the Muxes announce
-	# IPv6 VIPs with an IPv6 next hop over IPv4 transport.
-	ipv4 { import all; export none; };
-	ipv6 { import all; export none; };
-}
-%s`
-
 type birdLab struct {
 	lab    *netlab.Lab
 	router *netlab.NS
-	sock   string
+	bird   *fleetlab.BIRD
 	muxNS  [2]*netlab.NS
 }
 
@@ -94,116 +56,46 @@ var muxSpecs = [2]muxSpec{
 	{"mux2", netip.MustParseAddr("198.18.2.2"), netip.MustParseAddr("2001:db8:2::2"), netip.MustParseAddr("198.18.2.1"), "mux2"},
 }
 
-func requireBIRD(t *testing.T) {
-	t.Helper()
-	for _, bin := range []string{"bird", "birdc"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("%s not found: install BIRD 2 (Debian/Ubuntu package bird2) to run the router tests", bin)
-		}
-	}
-}
-
 func newBirdLab(t *testing.T) *birdLab {
 	t.Helper()
 	lab := netlab.New(t, "bgp")
-	requireBIRD(t)
-	router, err := lab.Namespace("router")
+	fleetlabtest.RequireBIRD(t, "the router tests")
+	star, err := fleetlab.NewStar(lab)
 	require.NoError(t, err)
-	bl := &birdLab{lab: lab, router: router}
-	var protocols strings.Builder
+	bl := &birdLab{lab: lab, router: star.Router}
+	// IPv4 and IPv6 unicast on every (IPv4) session: the Muxes announce
+	// IPv6 VIPs with an IPv6 next hop over IPv4 transport.
+	cfg := fleetlab.BIRDConfig{RouterID: netip.MustParseAddr("198.18.0.1"), ASN: routerASN, IPv6: true}
 	for i, m := range muxSpecs {
-		ns, err := lab.Namespace(m.name)
+		rif := fmt.Sprintf("m%d", i+1)
+		ns, err := star.Attach(m.name, rif, i+1)
 		require.NoError(t, err)
 		bl.muxNS[i] = ns
-		rif := fmt.Sprintf("m%d", i+1)
-		_, _, err = lab.Veth(router, rif, ns, "up")
-		require.NoError(t, err)
-		n := i + 1
-		require.NoError(t, router.AddAddr(rif, fmt.Sprintf("198.18.%d.1/24", n)))
-		require.NoError(t, router.AddAddr(rif, fmt.Sprintf("2001:db8:%d::1/64", n)))
-		require.NoError(t, ns.AddAddr("up", m.addr4.String()+"/24"))
+		require.NoError(t, star.Router.AddAddr(rif, fmt.Sprintf("2001:db8:%d::1/64", i+1)))
 		require.NoError(t, ns.AddAddr("up", m.addr6.String()+"/64"))
-		fmt.Fprintf(&protocols, "protocol bgp %s from mux {\n\tneighbor %s as %d;\n}\n", m.protocol, m.addr4, muxASN)
+		cfg.Peers = append(cfg.Peers, fleetlab.BIRDPeer{Name: m.protocol, Addr: m.addr4, ASN: muxASN})
 	}
-
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "bird.conf")
-	bl.sock = filepath.Join(dir, "bird.ctl")
-	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf(birdConfig, protocols.String())), 0o644))
-	out, err := exec.Command("bird", "-p", "-c", conf).CombinedOutput()
-	require.NoError(t, err, "bird -p (parse only): %s", out)
-
-	var logs syncBuffer
-	cmd := router.Command(context.Background(), "bird", "-f", "-c", conf, "-s", bl.sock)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		stopOrKill(cmd, 10*time.Second)
-		t.Logf("BIRD log:\n%s", logs.String())
-	})
-	eventually(t, "BIRD control socket", func() bool {
-		_, err := bl.birdc("show status")
-		return err == nil
-	})
+	bl.bird = fleetlabtest.StartBIRD(t, bl.router, cfg)
 	return bl
 }
 
 // birdc runs a BIRD client command.
-func (bl *birdLab) birdc(args string) (string, error) {
-	out, err := exec.Command("birdc", append([]string{"-s", bl.sock}, strings.Fields(args)...)...).CombinedOutput()
-	return string(out), err
-}
+func (bl *birdLab) birdc(args string) (string, error) { return bl.bird.Birdc(args) }
 
 // protocolState returns the BGP state BIRD shows for a protocol
 // ("Established", "Active", "Connect", ...).
 func (bl *birdLab) protocolState(t *testing.T, name string) string {
 	t.Helper()
-	out, err := bl.birdc("show protocols " + name)
-	require.NoError(t, err, out)
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 6 && f[0] == name {
-			return f[len(f)-1]
-		}
-	}
-	return ""
+	state, err := bl.bird.ProtocolState(name)
+	require.NoError(t, err)
+	return state
 }
 
 // nextHops returns the gateways of the router namespace's kernel route to
 // p, sorted; nil when there is no route.
 func (bl *birdLab) nextHops(t *testing.T, p netip.Prefix) []netip.Addr {
 	t.Helper()
-	family := netlink.FAMILY_V4
-	if p.Addr().Is6() {
-		family = netlink.FAMILY_V6
-	}
-	routes, err := bl.router.Netlink().RouteListFiltered(family, &netlink.Route{Table: syscall.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
-	require.NoError(t, err)
-	var gws []netip.Addr
-	for _, r := range routes {
-		if r.Dst == nil {
-			continue
-		}
-		ones, _ := r.Dst.Mask.Size()
-		a, _ := netip.AddrFromSlice(r.Dst.IP)
-		if netip.PrefixFrom(a.Unmap(), ones) != p {
-			continue
-		}
-		add := func(ip net.IP) {
-			if g, ok := netip.AddrFromSlice(ip); ok {
-				gws = append(gws, g.Unmap())
-			}
-		}
-		if r.Gw != nil {
-			add(r.Gw)
-		}
-		for _, nh := range r.MultiPath {
-			add(nh.Gw)
-		}
-	}
-	slices.SortFunc(gws, netip.Addr.Compare)
-	return gws
+	return fleetlabtest.NextHops(t, bl.router, p)
 }
 
 // waitNextHops polls the kernel table (every millisecond) until the route
@@ -211,29 +103,16 @@ func (bl *birdLab) nextHops(t *testing.T, p netip.Prefix) []netip.Addr {
 // deadline only guards against a hang.
 func (bl *birdLab) waitNextHops(t *testing.T, p netip.Prefix, want ...netip.Addr) time.Time {
 	t.Helper()
-	slices.SortFunc(want, netip.Addr.Compare)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		got := bl.nextHops(t, p)
-		if slices.Equal(got, want) {
-			return time.Now()
-		}
-		if time.Now().After(deadline) {
-			out, _ := bl.birdc("show route all")
-			t.Fatalf("route %v: next hops %v, want %v\nBIRD routes:\n%s", p, got, want, out)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	return fleetlabtest.WaitNextHops(t, bl.router, bl.bird, 60*time.Second, p, want...)
 }
 
 // muxProc is a helper process running one Announcer in a Mux namespace.
 type muxProc struct {
-	t      *testing.T
-	spec   muxSpec
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string
-	stderr syncBuffer
+	t     *testing.T
+	spec  muxSpec
+	proc  *fleetlab.Proc // its output is its stderr: the log
+	stdin io.WriteCloser
+	lines chan string
 }
 
 func (bl *birdLab) startMux(t *testing.T, i int) *muxProc {
@@ -254,17 +133,32 @@ func (bl *birdLab) startMux(t *testing.T, i int) *muxProc {
 	exe, err := os.Executable()
 	require.NoError(t, err)
 
-	p := &muxProc{t: t, spec: m, lines: make(chan string, 16)}
-	p.cmd = bl.muxNS[i].Command(context.Background(), exe, "-test.run=^$")
-	p.cmd.Env = append(os.Environ(), helperEnv+"=1", helperConfigEnv+"="+string(js))
-	p.cmd.Stderr = &p.stderr
-	p.stdin, err = p.cmd.StdinPipe()
+	// Pipes of the kernel's, handed to the helper as they are: it sees the
+	// end of its input when the test closes stdin, and the test the end of
+	// the helper's output when it exits.
+	stdinR, stdinW, err := os.Pipe()
 	require.NoError(t, err)
-	stdout, err := p.cmd.StdoutPipe()
+	stdoutR, stdoutW, err := os.Pipe()
 	require.NoError(t, err)
-	require.NoError(t, p.cmd.Start())
+	p := &muxProc{t: t, spec: m, stdin: stdinW, lines: make(chan string, 16)}
+	p.proc, err = fleetlab.StartProc(bl.muxNS[i], fleetlab.ProcConfig{
+		Name:   m.name,
+		Path:   exe,
+		Args:   []string{"-test.run=^$"},
+		Env:    []string{helperEnv + "=1", helperConfigEnv + "=" + string(js)},
+		Stdin:  stdinR,
+		Stdout: stdoutW,
+	})
+	stdinR.Close()
+	stdoutW.Close()
+	if err != nil {
+		stdinW.Close()
+		stdoutR.Close()
+		require.NoError(t, err)
+	}
 	go func() {
-		sc := bufio.NewScanner(stdout)
+		defer stdoutR.Close()
+		sc := bufio.NewScanner(stdoutR)
 		for sc.Scan() {
 			p.lines <- sc.Text()
 		}
@@ -272,8 +166,8 @@ func (bl *birdLab) startMux(t *testing.T, i int) *muxProc {
 	}()
 	t.Cleanup(func() {
 		_ = p.stdin.Close() // the helper shuts down and exits
-		stopOrKill(p.cmd, 30*time.Second)
-		t.Logf("%s log:\n%s", m.name, p.stderr.String())
+		p.proc.Wait(30 * time.Second)
+		t.Logf("%s log:\n%s", m.name, p.proc.Output())
 	})
 	return p
 }
@@ -305,7 +199,7 @@ func (p *muxProc) next(prefixes ...string) string {
 		select {
 		case line, ok := <-p.lines:
 			if !ok {
-				p.t.Fatalf("%s: helper exited; log:\n%s", p.spec.name, p.stderr.String())
+				p.t.Fatalf("%s: helper exited; log:\n%s", p.spec.name, p.proc.Output())
 			}
 			for _, pre := range prefixes {
 				if strings.HasPrefix(line, pre) {
@@ -313,37 +207,9 @@ func (p *muxProc) next(prefixes ...string) string {
 				}
 			}
 		case <-timeout:
-			p.t.Fatalf("%s: no %v answer; log:\n%s", p.spec.name, prefixes, p.stderr.String())
+			p.t.Fatalf("%s: no %v answer; log:\n%s", p.spec.name, prefixes, p.proc.Output())
 		}
 	}
-}
-
-func stopOrKill(cmd *exec.Cmd, grace time.Duration) {
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(grace):
-		_ = cmd.Process.Kill()
-		<-done
-	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestBIRD runs the Announcer against BIRD 2 as the router: a VIP learned

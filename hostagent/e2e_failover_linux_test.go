@@ -3,6 +3,7 @@ package hostagent_test
 import (
 	"fmt"
 	"math"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -12,6 +13,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdplb/xdplb/internal/fleetlab"
+	"github.com/xdplb/xdplb/internal/fleetlab/fleetlabtest"
 )
 
 // The fleet tests (e2e_fleet_linux_test.go has the topology) check what
@@ -55,15 +59,15 @@ func TestFleetSpreadMatchesWeights(t *testing.T) {
 
 	var totalW float64
 	for _, vm := range l.pool {
-		totalW += float64(vm.weight)
+		totalW += float64(vm.Weight)
 	}
 	for _, vm := range l.pool {
-		w := float64(vm.weight)
+		w := float64(vm.Weight)
 		want := float64(size) * w / totalW
 		tol := 1 + float64(len(l.pool))*w/totalW
-		got := shares[vm.name] * float64(size)
+		got := shares[vm.Name] * float64(size)
 		require.InDelta(t, want, got, tol, "%s (weight %d): Maglev slots %v, want M·w/W = %.1f ± %.2f (M = %d)",
-			vm.name, vm.weight, got, want, tol, size)
+			vm.Name, vm.Weight, got, want, tol, size)
 	}
 
 	const n, parallel = 2000, 16
@@ -71,7 +75,7 @@ func TestFleetSpreadMatchesWeights(t *testing.T) {
 	for i := range ports {
 		ports[i] = flSpreadPorts + uint16(i)
 	}
-	cl0 := linkStatsOf(t, l.client, "up")
+	cl0 := fleetlabtest.LinkStats(t, l.client, "up")
 	rx0, tx0 := l.muxPackets()
 	served := make([]string, n)
 	errs := make([]error, n)
@@ -99,15 +103,15 @@ func TestFleetSpreadMatchesWeights(t *testing.T) {
 		counts[served[i]]++
 	}
 	for _, vm := range l.pool {
-		p := shares[vm.name]
+		p := shares[vm.Name]
 		mean := float64(n) * p
 		sd := math.Sqrt(float64(n) * p * (1 - p))
-		dev := float64(counts[vm.name]) - mean
+		dev := float64(counts[vm.Name]) - mean
 		t.Logf("spread: %s weight %d slot share %.4f (weight share %.4f): %d of %d connections, expected %.1f ± %.1f (σ), deviation %+.2fσ",
-			vm.name, vm.weight, p, float64(vm.weight)/totalW, counts[vm.name], n, mean, sd, dev/sd)
+			vm.Name, vm.Weight, p, float64(vm.Weight)/totalW, counts[vm.Name], n, mean, sd, dev/sd)
 		require.LessOrEqual(t, math.Abs(dev), 5*sd,
 			"%s: %d of %d connections; with slot share %.4f the count is Binomial(N, p): mean %.1f, σ %.1f; the bound is 5σ (a good hash fails it with probability < 6e-7)",
-			vm.name, counts[vm.name], n, p, mean, sd)
+			vm.Name, counts[vm.Name], n, p, mean, sd)
 	}
 
 	// DSR: the Muxes forwarded what they received (wait for the last ACKs
@@ -118,7 +122,7 @@ func TestFleetSpreadMatchesWeights(t *testing.T) {
 		rx, tx = l.muxPackets()
 		return rx[0]-rx0[0] == tx[0]-tx0[0] && rx[1]-rx0[1] == tx[1]-tx0[1]
 	})
-	cl1 := linkStatsOf(t, l.client, "up")
+	cl1 := fleetlabtest.LinkStats(t, l.client, "up")
 	clTX, clRX := cl1.TxPackets-cl0.TxPackets, cl1.RxPackets-cl0.RxPackets
 	d0, d1 := rx[0]-rx0[0], rx[1]-rx0[1]
 	t.Logf("client sent %d packets and received %d; mux1 received %v, mux2 %v (each transmitted as many)", clTX, clRX, d0, d1)
@@ -363,11 +367,11 @@ func TestFleetMuxStopKeepsConnections(t *testing.T) {
 		return m[`xdplb_conntable_events_total{event="insert"}`]
 	}
 	ins0 := inserts()
-	require.NoError(t, l.muxes[1].signalTerm())
+	require.NoError(t, l.muxes[1].Terminate())
 	waitFor(t, "the router's route to the VIP through mux1 only", 30*time.Second, func() bool {
-		return slices.Equal(l.nextHops(), []string{flMuxAddr(0)})
+		return slices.Equal(l.nextHops(), []netip.Addr{fleetlab.FleetMuxAddr(1)})
 	})
-	require.NoError(t, l.muxes[1].stop(30*time.Second), "mux2 exits with status 0 after SIGTERM")
+	require.NoError(t, l.muxes[1].Stop(30*time.Second), "mux2 exits with status 0 after SIGTERM")
 	rx2, n2 := l.muxRX1(0), ex.total()
 	ex.waitRounds(t, 3)
 	ex.finish(t)
@@ -421,7 +425,7 @@ func testReloadNewDIP(t *testing.T, underTraffic bool) {
 	conns, dips := l.openConns(t, k, o1)
 
 	pool2 := append(slices.Clone(flVMs), flSpare)
-	o2 := newFleetOracle(t, flDocument(2, -1, pool2))
+	o2 := newFleetOracle(t, flDocument(2, 0, pool2))
 	moved := map[string]int{}
 	for i, c := range conns {
 		if p := o2.pick(c.port); p != dips[i] {
@@ -472,7 +476,7 @@ func testReloadNewDIP(t *testing.T, underTraffic bool) {
 		served[got]++
 	}
 	t.Logf("new connections after the reload: %v", served)
-	require.Positive(t, served[flSpare.name], "%s serves new connections", flSpare.name)
+	require.Positive(t, served[flSpare.Name], "%s serves new connections", flSpare.Name)
 }
 
 // round sends one request on every connection, all at once, and checks

@@ -1,32 +1,28 @@
 package hostagent_test
 
 import (
-	"bufio"
-	"bytes"
-	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
+	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/health"
+	"github.com/xdplb/xdplb/internal/fleetlab"
+	"github.com/xdplb/xdplb/internal/fleetlab/fleetlabtest"
 	"github.com/xdplb/xdplb/internal/netlab"
 )
 
-// The end-to-end topology (TestHostAgentEndToEnd):
+// The end-to-end topology (TestHostAgentEndToEnd), a fleetlab.Star:
 //
 //	client [up 198.18.5.2] ── [c 198.18.5.1]
 //	                                 router (static routes: VIP → mux, DIPs → host)
@@ -50,51 +46,31 @@ const (
 	haHostMet = 9101
 )
 
-var haVMs = []haVM{
-	{"vm-a", "vm_a", "198.18.4.1", "02:00:00:00:04:01"},
-	{"vm-b", "vm_b", "198.18.4.2", "02:00:00:00:04:02"},
+var haVMs = []fleetlab.VM{
+	{Name: "vm-a", Host: 1, Port: "vm_a", Addr: netip.MustParseAddr("198.18.4.1"), MAC: net.HardwareAddr{2, 0, 0, 0, 4, 1}},
+	{Name: "vm-b", Host: 1, Port: "vm_b", Addr: netip.MustParseAddr("198.18.4.2"), MAC: net.HardwareAddr{2, 0, 0, 0, 4, 2}},
 }
 
 // haDocument is the fleet's document, read by the Mux and the Host Agent
 // alike.
-func haDocument() string { return haDocumentOf(1, haVMs...) }
-
-type haVM = struct{ name, port, addr, mac string }
+func haDocument() *fleetlab.Doc { return haDocumentOf(1, haVMs...) }
 
 // haDocumentOf is version v of the document with only vms as backends and
-// as the host's VMs.
-func haDocumentOf(v int, vms ...haVM) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `version: %d
-hash_seed: 0x5eed1234
-infra_prefixes: [198.18.1.0/24]
-vips:
-  - name: web
-    address: %s
-    protocol: tcp
-    port: 80
-    vni: 100
-    probe: {type: tcp, interval: 1s, timeout: 300ms, rise: 1, fall: 3}
-    backends:
-`, v, haVIP)
-	for _, vm := range vms {
-		fmt.Fprintf(&b, "      - {name: %s, address: %s, port: 8080, mac: %q, host: %s}\n", vm.name, vm.addr, vm.mac, haHost)
+// as the host's VMs: a web VIP (TCP 80 → 8080, probed) and an echo VIP
+// (UDP 7 → 7007), both in VNI 100.
+func haDocumentOf(v uint64, vms ...fleetlab.VM) *fleetlab.Doc {
+	vip := netip.MustParseAddr(haVIP)
+	return &fleetlab.Doc{
+		Version: v,
+		Infra:   []netip.Prefix{netip.MustParsePrefix("198.18.1.0/24")},
+		Services: []fleetlab.Service{
+			{Name: "web", Addr: vip, Proto: flow.ProtoTCP, Port: 80, VNI: 100, DIPPort: 8080,
+				Probe: &health.Spec{Type: health.ProbeTCP, Interval: time.Second, Timeout: 300 * time.Millisecond, Rise: 1, Fall: 3}},
+			{Name: "echo", Addr: vip, Proto: flow.ProtoUDP, Port: 7, VNI: 100, DIPPort: 7007},
+		},
+		Pool:  vms,
+		Hosts: []fleetlab.Host{{Name: "host-1", Addr: netip.MustParseAddr(haHost)}},
 	}
-	fmt.Fprintf(&b, `  - name: echo
-    address: %s
-    protocol: udp
-    port: 7
-    vni: 100
-    backends:
-`, haVIP)
-	for _, vm := range vms {
-		fmt.Fprintf(&b, "      - {name: %s, address: %s, port: 7007, mac: %q, host: %s}\n", vm.name, vm.addr, vm.mac, haHost)
-	}
-	fmt.Fprintf(&b, "hosts:\n  - name: host-1\n    address: %s\n    vms:\n", haHost)
-	for _, vm := range vms {
-		fmt.Fprintf(&b, "      - {vni: 100, address: %s, mac: %q, interface: %s}\n", vm.addr, vm.mac, vm.port)
-	}
-	return b.String()
 }
 
 // TestHostAgentEndToEnd runs examples/mux and examples/hostagent in
@@ -280,14 +256,14 @@ func TestHostAgentEndToEnd(t *testing.T) {
 	})
 
 	t.Run("5_CleanShutdown", func(t *testing.T) {
-		require.NoError(t, agent.stop(20*time.Second), "hostagent exits with status 0 after SIGTERM")
+		require.NoError(t, agent.Stop(20*time.Second), "hostagent exits with status 0 after SIGTERM")
 		for _, ifname := range []string{"up", "vm_a", "vm_b"} {
 			lk, err := l.host.Link(ifname)
 			require.NoError(t, err)
 			x := lk.Attrs().Xdp
 			require.False(t, x != nil && x.Attached, "%s: XDP program left attached", ifname)
 		}
-		require.NoError(t, mux.stop(20*time.Second), "mux exits with status 0 after SIGTERM")
+		require.NoError(t, mux.Stop(20*time.Second), "mux exits with status 0 after SIGTERM")
 	})
 }
 
@@ -305,7 +281,6 @@ func nonZero(m map[string]float64, prefix string) map[string]float64 {
 type haLab struct {
 	t      *testing.T
 	dir    string
-	lab    *netlab.Lab
 	client *netlab.NS
 	router *netlab.NS
 	mux    *netlab.NS
@@ -318,26 +293,18 @@ type haLab struct {
 func newHALab(t *testing.T) *haLab {
 	t.Helper()
 	lab := netlab.New(t, "hae2e")
-	l := &haLab{t: t, dir: t.TempDir(), lab: lab}
-	ns := func(name string) *netlab.NS {
-		n, err := lab.Namespace(name)
+	l := &haLab{t: t, dir: t.TempDir()}
+	star, err := fleetlab.NewStar(lab)
+	require.NoError(t, err)
+	l.router = star.Router
+	attach := func(name, rif string, subnet int) *netlab.NS {
+		n, err := star.Attach(name, rif, subnet)
 		require.NoError(t, err)
 		return n
 	}
-	l.client, l.router, l.mux, l.host = ns("client"), ns("router"), ns("mux"), ns("host")
-	link := func(n *netlab.NS, rif string, subnet int) {
-		_, _, err := lab.Veth(l.router, rif, n, "up")
-		require.NoError(t, err)
-		require.NoError(t, l.router.AddAddr(rif, fmt.Sprintf("198.18.%d.1/24", subnet)))
-		require.NoError(t, n.AddAddr("up", fmt.Sprintf("198.18.%d.2/24", subnet)))
-		require.NoError(t, n.AddRoute("198.18.0.0/15", fmt.Sprintf("198.18.%d.1", subnet)))
-		require.NoError(t, l.router.SetSysctl("net.ipv4.conf."+rif+".rp_filter", "0"))
-	}
-	require.NoError(t, l.router.SetSysctl("net.ipv4.ip_forward", "1"))
-	require.NoError(t, l.router.SetSysctl("net.ipv4.conf.all.rp_filter", "0"))
-	link(l.mux, "m1", 1)
-	link(l.host, "h", 3)
-	link(l.client, "c", 5)
+	l.mux = attach("mux", "m1", 1)
+	l.host = attach("host", "h", 3)
+	l.client = attach("client", "c", 5)
 	// The client's frames cross the Mux's and the host's AF_XDP data
 	// paths: they must carry complete checksums.
 	require.NoError(t, l.client.DisableChecksumOffload("up"))
@@ -347,213 +314,55 @@ func newHALab(t *testing.T) *haLab {
 	require.NoError(t, l.host.SetSysctl("net.ipv4.ip_forward", "1"))
 
 	for _, vm := range haVMs {
-		n := ns(strings.ReplaceAll(vm.name, "-", ""))
+		n, err := lab.Namespace(strings.ReplaceAll(vm.Name, "-", ""))
+		require.NoError(t, err)
 		l.vms = append(l.vms, n)
-		wireVM(t, lab, l.host, n, vm.port, vm.addr, vm.mac, haGateway)
+		require.NoError(t, fleetlab.WireVM(lab, l.host, n, vm, netip.MustParseAddr(haGateway)))
 	}
 
 	l.conf = filepath.Join(l.dir, "fleet.yaml")
-	require.NoError(t, os.WriteFile(l.conf, []byte(haDocument()), 0o644))
-	l.build()
+	l.writeDocument(haDocument())
+	l.bin = fleetlabtest.Examples(t)
 	return l
 }
 
-func ipNet(s string) *net.IPNet {
-	_, n, err := net.ParseCIDR(s)
-	if err != nil {
-		panic(err)
-	}
-	return n
-}
-
-// build builds (once per test binary) examples/mux and
-// examples/hostagent.
-func (l *haLab) build() { l.bin = examplesDir(l.t) }
-
-// examples holds the binaries of examples/mux and examples/hostagent,
-// built once for all the end-to-end tests of the binary and removed by
-// TestMain.
-var examples struct {
-	once sync.Once
-	dir  string
-	err  error
-}
-
-// examplesDir builds examples/mux and examples/hostagent on first use and
-// returns the directory holding them (as mux and hostagent).
-func examplesDir(t *testing.T) string {
-	t.Helper()
-	examples.once.Do(func() {
-		dir, err := os.MkdirTemp("", "xdplb-hostagent-e2e-")
-		if err != nil {
-			examples.err = err
-			return
-		}
-		examples.dir = dir
-		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goBin); err != nil {
-			goBin = "go"
-		}
-		cmd := exec.Command(goBin, "build", "-o", dir+string(filepath.Separator),
-			"github.com/xdplb/xdplb/examples/mux", "github.com/xdplb/xdplb/examples/hostagent")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			examples.err = fmt.Errorf("go build: %w\n%s", err, out)
-		}
-	})
-	require.NoError(t, examples.err)
-	return examples.dir
-}
-
-// TestMain removes the binaries examplesDir built.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if examples.dir != "" {
-		os.RemoveAll(examples.dir)
-	}
-	os.Exit(code)
-}
+// TestMain removes the example binaries the tests built
+// (fleetlabtest.Examples).
+func TestMain(m *testing.M) { os.Exit(fleetlabtest.Main(m)) }
 
 // writeDocument replaces the document atomically (the watchers see a
 // rename).
-func (l *haLab) writeDocument(doc string) {
-	tmp := l.conf + ".tmp"
-	require.NoError(l.t, os.WriteFile(tmp, []byte(doc), 0o644))
-	require.NoError(l.t, os.Rename(tmp, l.conf))
-}
+func (l *haLab) writeDocument(doc *fleetlab.Doc) { fleetlabtest.WriteDocument(l.t, l.conf, doc) }
 
 // serveVMs starts each VM's HTTP server (DIP:8080, the body is the VM's
 // name) and UDP echo (DIP:7007, "name: payload").
 func (l *haLab) serveVMs() {
-	t := l.t
 	for i, vm := range haVMs {
-		name := vm.name
-		ln, err := l.vms[i].Listen(context.Background(), "tcp4", vm.addr+":8080")
-		require.NoError(t, err)
-		srv := &http.Server{ReadHeaderTimeout: 5 * time.Second,
-			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, name) })}
-		go srv.Serve(ln)
-		t.Cleanup(func() { srv.Close() })
-
-		pc, err := l.vms[i].ListenPacket(context.Background(), "udp4", vm.addr+":7007")
-		require.NoError(t, err)
-		go func() {
-			buf := make([]byte, 2048)
-			for {
-				n, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				pc.WriteTo(append([]byte(name+": "), buf[:n]...), from)
-			}
-		}()
-		t.Cleanup(func() { pc.Close() })
+		fleetlabtest.ServeVM(l.t, l.vms[i], vm.Name, vm.Addr, 8080, 7007)
 	}
 }
 
-func (l *haLab) httpClient() *http.Client {
-	return &http.Client{
-		Timeout: 15 * time.Second,
-		Transport: &http.Transport{
-			DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
-				return l.client.Dial(ctx, "tcp4", address)
-			},
-			DisableKeepAlives: true,
-		},
-	}
-}
+func (l *haLab) httpClient() *http.Client { return fleetlab.HTTPClient(l.client, 15*time.Second) }
 
 // get fetches http://VIP/ and returns the body.
-func get(hc *http.Client) (string, error) {
-	resp, err := hc.Get("http://" + haVIP + "/")
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET: %s", resp.Status)
-	}
-	return string(b), nil
-}
+func get(hc *http.Client) (string, error) { return fleetlab.Get(hc, "http://"+haVIP+"/") }
 
 // udpEcho sends msg to VIP:7 from a new connected socket (a new flow)
 // and returns the answer.
 func (l *haLab) udpEcho(msg string) (string, error) {
-	c, err := l.client.Dial(context.Background(), "udp4", haVIP+":7")
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte(msg)); err != nil {
-		return "", err
-	}
-	c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	buf := make([]byte, 2048)
-	n, err := c.Read(buf)
-	if err != nil {
-		return "", err
-	}
-	return string(buf[:n]), nil
+	return fleetlab.UDPEcho(l.client, netip.AddrPortFrom(netip.MustParseAddr(haVIP), 7), msg, 2*time.Second)
 }
 
 func (l *haLab) linkStats(n *netlab.NS, ifname string) netlink.LinkStatistics {
 	l.t.Helper()
-	lk, err := n.Link(ifname)
-	require.NoError(l.t, err)
-	return *lk.Attrs().Statistics
+	return fleetlabtest.LinkStats(l.t, n, ifname)
 }
 
-// proc is a running example binary.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  *syncBuffer
-	done chan struct{}
-	err  error
-}
-
-func (l *haLab) start(name string, n *netlab.NS, bin string, args ...string) *proc {
-	return startProc(l.t, name, n, filepath.Join(l.bin, bin), append(args, "-config", l.conf)...)
-}
-
-// startProc runs the program at path in n; the test's cleanup stops it
-// (SIGTERM, then SIGKILL) and prints its output when the test failed or
-// runs verbosely.
-func startProc(t *testing.T, name string, n *netlab.NS, path string, args ...string) *proc {
-	t.Helper()
-	p := &proc{name: name, log: new(syncBuffer), done: make(chan struct{})}
-	p.cmd = n.Command(context.Background(), path, args...)
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	require.NoError(t, p.cmd.Start())
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.stop(15 * time.Second)
-		if t.Failed() || testing.Verbose() {
-			t.Logf("%s log:\n%s", p.name, p.log.String())
-		}
-	})
-	return p
-}
-
-// stop sends SIGTERM and waits for the process (killing it after grace);
-// it returns the exit error.
-func (p *proc) stop(grace time.Duration) error {
-	select {
-	case <-p.done:
-		return p.err
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(grace):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-	return p.err
+// start runs the example binary bin in n with the document; the test's
+// cleanup stops it and logs its output when the test failed.
+func (l *haLab) start(name string, n *netlab.NS, bin string, args ...string) *fleetlab.Proc {
+	l.t.Helper()
+	return fleetlabtest.Start(l.t, n, name, filepath.Join(l.bin, bin), append(args, "-config", l.conf)...)
 }
 
 func (l *haLab) scrape(t *testing.T, n *netlab.NS, addr string, port int) map[string]float64 {
@@ -563,68 +372,13 @@ func (l *haLab) scrape(t *testing.T, n *netlab.NS, addr string, port int) map[st
 	return m
 }
 
-// scrapeErr reads a /metrics endpoint from inside n.
+// scrapeErr reads the /metrics endpoint addr:port from inside n.
 func scrapeErr(n *netlab.NS, addr string, port int) (map[string]float64, error) {
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
-			return n.Dial(ctx, "tcp", address)
-		},
-		DisableKeepAlives: true,
-	}}
-	resp, err := hc.Get("http://" + net.JoinHostPort(addr, strconv.Itoa(port)) + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("/metrics: %s", resp.Status)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			return nil, fmt.Errorf("metrics line %q", line)
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %q: %w", line, err)
-		}
-		out[line[:i]] = v
-	}
-	return out, sc.Err()
+	return fleetlab.Scrape(n, netip.AddrPortFrom(netip.MustParseAddr(addr), uint16(port)))
 }
 
 // waitFor polls cond until it holds; the deadline is a hang guard.
 func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s after %v", what, limit)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	fleetlabtest.WaitFor(t, what, limit, cond)
 }

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -50,7 +49,9 @@ func TestMuxEndToEnd(t *testing.T) {
 	hop := func(i int) netip.Addr { return e2eMuxes[i].addr }
 
 	// The library's answer, computed offline from the same document.
-	doc, err := control.Parse([]byte(e2eDocument(0)))
+	text, err := e2eDocument(0).Marshal()
+	require.NoError(t, err)
+	doc, err := control.Parse(text)
 	require.NoError(t, err)
 	oracle := newPickOracle(t, doc)
 	spec := *doc.VIPs[0].Probe
@@ -116,11 +117,11 @@ func TestMuxEndToEnd(t *testing.T) {
 			ms, err := m.metrics(hop(i))
 			require.NoError(t, err)
 			rx, ok := ms[`xdplb_packets_total{direction="rx"}`]
-			require.True(t, ok, "%s: no xdplb_packets_total{direction=\"rx\"}", m.name)
+			require.True(t, ok, "%s: no xdplb_packets_total{direction=\"rx\"}", m.Name())
 			tx := ms[`xdplb_packets_total{direction="tx"}`]
-			require.Positive(t, rx, "%s: rx after traffic", m.name)
-			require.Positive(t, tx, "%s: tx after traffic", m.name)
-			t.Logf("%s: xdplb_packets_total rx=%v tx=%v, announced=%v", m.name, rx, tx, ms["xdplb_vips_announced"])
+			require.Positive(t, rx, "%s: rx after traffic", m.Name())
+			require.Positive(t, tx, "%s: tx after traffic", m.Name())
+			t.Logf("%s: xdplb_packets_total rx=%v tx=%v, announced=%v", m.Name(), rx, tx, ms["xdplb_vips_announced"])
 		}
 	})
 
@@ -146,12 +147,12 @@ func TestMuxEndToEnd(t *testing.T) {
 
 	t.Run("5_StopOneMux", func(t *testing.T) {
 		t0 := time.Now()
-		require.NoError(t, muxes[1].signalTerm())
+		require.NoError(t, muxes[1].Terminate())
 		seen := l.waitNextHops(vipTCP, hop(0))
 		report("SIGTERM mux2 → ECMP route shrinks to mux1", seen.Sub(t0), 0)
 		l.waitNextHops(vipUDP, hop(0))
-		require.NoError(t, muxes[1].stop(15*time.Second), "mux2 exits cleanly after SIGTERM")
-		require.False(t, muxes[0].exited(), "mux1 still runs")
+		require.NoError(t, muxes[1].Stop(15*time.Second), "mux2 exits cleanly after SIGTERM")
+		require.False(t, muxes[0].Exited(), "mux1 still runs")
 
 		// The same flows again: those mux2 carried now go through mux1,
 		// and every flow keeps its backend.
@@ -290,7 +291,7 @@ func (c *vxlanCapture) collect(t *testing.T, udp map[uint16][]byte, tcp []uint16
 	muxAddrs := []netip.Addr{e2eMuxes[0].addr, e2eMuxes[1].addr}
 	dipMACs := map[string]bool{}
 	for _, d := range e2eDIPs {
-		dipMACs[d.mac] = true
+		dipMACs[d.MAC.String()] = true
 	}
 
 	flows := map[flowKey]flowSeen{}
@@ -372,7 +373,7 @@ func (s *probeServers) open(t *testing.T) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, d := range e2eDIPs {
-		ln, err := s.ns.Listen(context.Background(), "tcp4", netip.AddrPortFrom(netip.MustParseAddr(d.addr), e2eProbe).String())
+		ln, err := s.ns.Listen(context.Background(), "tcp4", netip.AddrPortFrom(d.Addr, e2eProbe).String())
 		require.NoError(t, err)
 		s.lns = append(s.lns, ln)
 		go func() {
@@ -408,7 +409,7 @@ func (p *muxProc) waitBackends(t *testing.T, addr netip.Addr, vip string, up flo
 			last = ms
 			ok := true
 			for _, d := range e2eDIPs {
-				if v, found := ms[fmt.Sprintf(`xdplb_backend_up{backend=%q,vip=%q}`, d.name, vip)]; !found || v != up {
+				if v, found := ms[fmt.Sprintf(`xdplb_backend_up{backend=%q,vip=%q}`, d.Name, vip)]; !found || v != up {
 					ok = false
 				}
 			}
@@ -417,13 +418,8 @@ func (p *muxProc) waitBackends(t *testing.T, addr netip.Addr, vip string, up flo
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: backends of %s not all at xdplb_backend_up=%v (last scrape error %v); metrics: %v", p.name, vip, up, err, last)
+			t.Fatalf("%s: backends of %s not all at xdplb_backend_up=%v (last scrape error %v); metrics: %v", p.Name(), vip, up, err, last)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// signalTerm sends SIGTERM without waiting.
-func (p *muxProc) signalTerm() error {
-	return p.cmd.Process.Signal(syscall.SIGTERM)
 }

@@ -24,20 +24,17 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,9 +45,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/vishvananda/netlink"
 
 	"github.com/xdplb/xdplb/hostagent"
+	"github.com/xdplb/xdplb/internal/fleetlab"
 	"github.com/xdplb/xdplb/internal/netlab"
 	"github.com/xdplb/xdplb/mux"
 )
@@ -124,29 +121,29 @@ func run(ctx context.Context, duration time.Duration, conns int, keep bool) (err
 	if err := t.routeVIP(ctx); err != nil {
 		return err
 	}
-	if err := serveVMs(t); err != nil {
+	if err := t.serveVMs(); err != nil {
 		return err
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	hostDoc := filepath.Join(dir, "fleet.yaml")
-	if err := os.WriteFile(hostDoc, []byte(fleetDocument(1, 0, t.bird)), 0o644); err != nil {
+	hostDoc, err := t.writeDocument(0)
+	if err != nil {
 		return err
 	}
-	for i, n := range t.muxes {
-		doc := filepath.Join(dir, fmt.Sprintf("mux%d.yaml", i+1))
-		if err := os.WriteFile(doc, []byte(fleetDocument(1, i+1, t.bird)), 0o644); err != nil {
+	for i, n := range t.Muxes {
+		doc, err := t.writeDocument(i + 1)
+		if err != nil {
 			return err
 		}
-		if _, err := t.start(ctx, fmt.Sprintf("mux%d", i+1), n, self, "-role", "mux", "-interface", "up",
+		if err := t.start(fmt.Sprintf("mux%d", i+1), n, self, "-role", "mux", "-interface", "up",
 			"-config", doc, "-metrics", net.JoinHostPort(muxAddr(i+1), strconv.Itoa(metrics))); err != nil {
 			return err
 		}
 	}
-	for j, n := range t.hosts {
-		if _, err := t.start(ctx, fmt.Sprintf("host%d", j+1), n, self, "-role", "hostagent", "-interface", "up",
+	for j, n := range t.Hosts {
+		if err := t.start(fmt.Sprintf("host%d", j+1), n, self, "-role", "hostagent", "-interface", "up",
 			"-host", fmt.Sprintf("host%d", j+1), "-config", hostDoc,
 			"-metrics", net.JoinHostPort(hostAddr(j+1), strconv.Itoa(metrics))); err != nil {
 			return err
@@ -168,9 +165,9 @@ func run(ctx context.Context, duration time.Duration, conns int, keep bool) (err
 
 	if keep && ctx.Err() == nil {
 		fmt.Println("\nthe topology stays up until Ctrl-C; for instance:")
-		fmt.Printf("  ip netns exec %s curl -s http://%s/\n", t.clients[0].Name(), vip)
-		fmt.Printf("  ip netns exec %s ip route show %s\n", t.router.Name(), vip)
-		fmt.Printf("  ip netns exec %s curl -s http://%s/metrics | grep xdplb_nat\n", t.hosts[0].Name(), net.JoinHostPort(hostAddr(1), strconv.Itoa(metrics)))
+		fmt.Printf("  ip netns exec %s curl -s http://%s/\n", t.Clients[0].Name(), vip)
+		fmt.Printf("  ip netns exec %s ip route show %s\n", t.Router.Name(), vip)
+		fmt.Printf("  ip netns exec %s curl -s http://%s/metrics | grep xdplb_nat\n", t.Hosts[0].Name(), net.JoinHostPort(hostAddr(1), strconv.Itoa(metrics)))
 		<-ctx.Done()
 	}
 	return nil
@@ -214,30 +211,11 @@ func runRole(role, ifname, config, host, metricsAddr string) error {
 
 // serveVMs starts every VM's HTTP server (DIP:8080, answering the VM's
 // name) and UDP echo (DIP:7007, answering "name: payload").
-func serveVMs(t *topo) error {
-	for i, vm := range vms {
-		name := vm.name
-		ln, err := t.vmNS[i].Listen(context.Background(), "tcp4", net.JoinHostPort(vm.addr, strconv.Itoa(dipTCP)))
-		if err != nil {
+func (t *topo) serveVMs() error {
+	for _, vm := range vms {
+		if _, err := fleetlab.ServeVM(t.VMs[vm.Name], vm.Name, vm.Addr, dipTCP, dipUDP); err != nil {
 			return err
 		}
-		srv := &http.Server{ReadHeaderTimeout: 5 * time.Second,
-			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, name) })}
-		go srv.Serve(ln)
-		pc, err := t.vmNS[i].ListenPacket(context.Background(), "udp4", net.JoinHostPort(vm.addr, strconv.Itoa(dipUDP)))
-		if err != nil {
-			return err
-		}
-		go func() {
-			buf := make([]byte, 2048)
-			for {
-				n, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				pc.WriteTo(append([]byte(name+": "), buf[:n]...), from)
-			}
-		}()
 	}
 	return nil
 }
@@ -249,19 +227,21 @@ func serveVMs(t *topo) error {
 func waitReady(ctx context.Context, t *topo) error {
 	fmt.Print("waiting for the VIP route, the health probes and the data paths... ")
 	start := time.Now()
-	if err := waitFor(ctx, "the router's ECMP route to the VIP over both Muxes", 60*time.Second, func() bool {
-		return len(nextHops(t)) == 2
+	vipRoute := netip.PrefixFrom(fleetlab.FleetVIP, 32)
+	if err := fleetlab.Poll(ctx, "the router's ECMP route to the VIP over both Muxes", 60*time.Second, func() bool {
+		hops, err := fleetlab.NextHops(t.Router, vipRoute)
+		return err == nil && len(hops) == 2
 	}); err != nil {
 		return err
 	}
-	for i, n := range t.muxes {
-		if err := waitFor(ctx, fmt.Sprintf("mux%d: every backend up", i+1), 30*time.Second, func() bool {
+	for i, n := range t.Muxes {
+		if err := fleetlab.Poll(ctx, fmt.Sprintf("mux%d: every backend up", i+1), 30*time.Second, func() bool {
 			m, err := scrape(n, muxAddr(i+1))
 			if err != nil {
 				return false
 			}
 			for _, vm := range vms {
-				if m[fmt.Sprintf(`xdplb_backend_up{backend=%q,vip="web"}`, vm.name)] != 1 {
+				if m[fmt.Sprintf(`xdplb_backend_up{backend=%q,vip="web"}`, vm.Name)] != 1 {
 					return false
 				}
 			}
@@ -270,17 +250,17 @@ func waitReady(ctx context.Context, t *topo) error {
 			return err
 		}
 	}
-	for j, n := range t.hosts {
-		if err := waitFor(ctx, fmt.Sprintf("host%d: data path", j+1), 30*time.Second, func() bool {
+	for j, n := range t.Hosts {
+		if err := fleetlab.Poll(ctx, fmt.Sprintf("host%d: data path", j+1), 30*time.Second, func() bool {
 			m, err := scrape(n, hostAddr(j+1))
 			return err == nil && m["xdplb_datapath_up"] == 1
 		}); err != nil {
 			return err
 		}
 	}
-	for k, c := range t.clients {
-		hc := httpClient(c, 3*time.Second)
-		if err := waitFor(ctx, fmt.Sprintf("client%d: a first answer from the VIP", k+1), 30*time.Second, func() bool {
+	for k, c := range t.Clients {
+		hc := fleetlab.HTTPClient(c, 3*time.Second)
+		if err := fleetlab.Poll(ctx, fmt.Sprintf("client%d: a first answer from the VIP", k+1), 30*time.Second, func() bool {
 			_, err := get(hc)
 			return err == nil
 		}); err != nil {
@@ -289,28 +269,6 @@ func waitReady(ctx context.Context, t *topo) error {
 	}
 	fmt.Printf("ready after %v\n", time.Since(start).Round(time.Millisecond))
 	return nil
-}
-
-// nextHops returns the gateways of the router's kernel route to the VIP.
-func nextHops(t *topo) []string {
-	routes, err := t.router.Netlink().RouteList(nil, netlink.FAMILY_V4)
-	if err != nil {
-		return nil
-	}
-	var gws []string
-	for _, r := range routes {
-		if r.Dst == nil || r.Dst.String() != vip+"/32" {
-			continue
-		}
-		if r.Gw != nil {
-			gws = append(gws, r.Gw.String())
-		}
-		for _, nh := range r.MultiPath {
-			gws = append(gws, nh.Gw.String())
-		}
-	}
-	sort.Strings(gws)
-	return gws
 }
 
 // results is what the traffic generators saw.
@@ -334,8 +292,8 @@ func traffic(ctx context.Context, t *topo, duration time.Duration, conns int) *r
 	var wg sync.WaitGroup
 	start := time.Now()
 	for g := 0; g < conns; g++ {
-		c := t.clients[g%len(t.clients)]
-		hc := httpClient(c, 5*time.Second)
+		c := t.Clients[g%len(t.Clients)]
+		hc := fleetlab.HTTPClient(c, 5*time.Second)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -356,26 +314,19 @@ func traffic(ctx context.Context, t *topo, duration time.Duration, conns int) *r
 			}
 		}()
 	}
-	for _, c := range t.clients {
+	echo := netip.AddrPortFrom(fleetlab.FleetVIP, vipUDP)
+	for _, c := range t.Clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; ctx.Err() == nil; i++ {
 				msg := fmt.Sprintf("echo %d", i)
-				conn, err := c.Dial(context.Background(), "udp4", net.JoinHostPort(vip, strconv.Itoa(vipUDP)))
-				if err != nil {
-					continue
-				}
 				res.udpSent.Add(1)
-				conn.Write([]byte(msg))
-				conn.SetReadDeadline(time.Now().Add(time.Second))
-				buf := make([]byte, 2048)
-				n, err := conn.Read(buf)
-				conn.Close()
+				answer, err := fleetlab.UDPEcho(c, echo, msg, time.Second)
 				if err != nil {
 					continue
 				}
-				if _, rest, ok := strings.Cut(string(buf[:n]), ": "); ok && rest == msg {
+				if _, rest, ok := strings.Cut(answer, ": "); ok && rest == msg {
 					res.udpAnswered.Add(1)
 				} else {
 					res.udpWrong.Add(1)
@@ -389,78 +340,33 @@ func traffic(ctx context.Context, t *topo, duration time.Duration, conns int) *r
 	return res
 }
 
-func httpClient(n *netlab.NS, timeout time.Duration) *http.Client {
-	return &http.Client{Timeout: timeout, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
-			return n.Dial(ctx, "tcp4", address)
-		},
-		DisableKeepAlives: true,
-	}}
-}
-
-func get(hc *http.Client) (string, error) {
-	resp, err := hc.Get("http://" + vip + "/")
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET: %s", resp.Status)
-	}
-	return string(b), nil
-}
+// get fetches http://VIP/ and returns the body: the name of the VM that
+// served it.
+func get(hc *http.Client) (string, error) { return fleetlab.Get(hc, "http://"+vip+"/") }
 
 // scrapeAll reads every Mux's and Host Agent's /metrics, by node name.
 func scrapeAll(t *topo) map[string]map[string]float64 {
 	out := map[string]map[string]float64{}
-	for i, n := range t.muxes {
+	for i, n := range t.Muxes {
 		out[fmt.Sprintf("mux%d", i+1)], _ = scrape(n, muxAddr(i+1))
 	}
-	for j, n := range t.hosts {
+	for j, n := range t.Hosts {
 		out[fmt.Sprintf("host%d", j+1)], _ = scrape(n, hostAddr(j+1))
 	}
 	return out
 }
 
+// scrape reads the /metrics of the node at addr (in namespace n).
 func scrape(n *netlab.NS, addr string) (map[string]float64, error) {
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
-			return n.Dial(ctx, "tcp4", address)
-		},
-		DisableKeepAlives: true,
-	}}
-	resp, err := hc.Get("http://" + net.JoinHostPort(addr, strconv.Itoa(metrics)) + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		if i := strings.LastIndexByte(line, ' '); i > 0 {
-			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-				out[line[:i]] = v
-			}
-		}
-	}
-	return out, sc.Err()
+	return fleetlab.Scrape(n, netip.AddrPortFrom(netip.MustParseAddr(addr), metrics))
 }
 
 func report(t *topo, res *results, before, after map[string]map[string]float64, conns int) {
 	total := 0
 	weights := 0
 	for _, vm := range vms {
-		total += res.perDIP[vm.name]
-		weights += vm.weight
+		total += res.perDIP[vm.Name]
+		weights += int(vm.Weight)
 	}
 	secs := res.elapsed.Seconds()
 	fmt.Printf("\nHTTP: %d requests in %.1fs = %.0f requests/s (%d connections at a time, one connection per request), %d errors\n",
@@ -473,10 +379,10 @@ func report(t *topo, res *results, before, after map[string]map[string]float64, 
 	for _, vm := range vms {
 		share := 0.0
 		if total > 0 {
-			share = float64(res.perDIP[vm.name]) / float64(total)
+			share = float64(res.perDIP[vm.Name]) / float64(total)
 		}
-		fmt.Fprintf(tw, "%s %s\thost%d\t%d\t%.1f%%\t%d\t%.1f%%\t\n", vm.name, vm.addr, vm.host, vm.weight,
-			100*float64(vm.weight)/float64(weights), res.perDIP[vm.name], 100*share)
+		fmt.Fprintf(tw, "%s %s\thost%d\t%d\t%.1f%%\t%d\t%.1f%%\t\n", vm.Name, vm.Addr, vm.Host, vm.Weight,
+			100*float64(vm.Weight)/float64(weights), res.perDIP[vm.Name], 100*share)
 	}
 	tw.Flush()
 	sent, answered := res.udpSent.Load(), res.udpAnswered.Load()
@@ -510,10 +416,10 @@ func report(t *topo, res *results, before, after map[string]map[string]float64, 
 	fmt.Println("  (the Muxes carry only the client → VIP direction; replies leave the hosts straight for the router)")
 
 	fmt.Println("\nrouter's route table:")
-	out, _ := exec.Command("ip", "-n", t.router.Name(), "route", "show").CombinedOutput()
+	out, _ := exec.Command("ip", "-n", t.Router.Name(), "route", "show").CombinedOutput()
 	fmt.Print(indent(string(out)))
-	if t.bird {
-		out, _ := t.birdc("show route")
+	if t.bird != nil {
+		out, _ := t.bird.Birdc("show route")
 		fmt.Print(indent(out))
 	}
 }

@@ -1,0 +1,31 @@
+// Package fleetlab builds whole xdplb fleets in network namespaces on one
+// machine, for the lab demo (examples/lab) and the end-to-end tests of the
+// Mux, the Host Agent and the BGP announcer. It stands on internal/netlab
+// (namespaces, veths, addresses, cleanup) and adds what those programs
+// have in common:
+//
+//   - the star topology: a router namespace, and every other node joined
+//     to it by a veth pair on a /24 of its own (Star, Star.Attach); the
+//     fleet of the lab (Fleet: clients, two Muxes, two hosts with VMs);
+//     VMs wired to their host's VM ports (WireVM) and their servers
+//     (ServeVM: HTTP and UDP echo answering with the VM's name);
+//   - the desired-state document of such a lab (Doc, FleetDoc), built as a
+//     control.Document and marshalled, never templated by hand;
+//   - BIRD 2 as the router: its configuration (BIRDConfig), the daemon
+//     (StartBIRD) and birdc (BIRD.Birdc);
+//   - processes in namespaces with captured output and an orderly stop
+//     (Proc: SIGTERM, then SIGKILL after a grace period), the example
+//     binaries built by the running toolchain (GoBuild);
+//   - reading a node from inside the lab: its Prometheus /metrics
+//     (Scrape), the router's ECMP next hops (NextHops), HTTP and UDP
+//     through a VIP (HTTPClient, Get, UDPEcho).
+//
+// Everything here returns errors and never imports testing, so a program
+// can use it; package fleetlabtest wraps it for tests (a failed step fails
+// the test, every process stops at the test's cleanup).
+//
+// Addresses are IPv4 in 198.18.0.0/15 (netlab refuses anything else): the
+// node on Attach's subnet N is 198.18.N.2 and its router 198.18.N.1. The
+// namespace parts are Linux-only; the document and BIRD configuration
+// builders are not.
+package fleetlab

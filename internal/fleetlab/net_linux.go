@@ -1,0 +1,196 @@
+package fleetlab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/xdplb/xdplb/internal/netlab"
+)
+
+// HTTPClient returns an HTTP client whose connections are made from
+// inside n (IPv4, literal lab addresses only), one per request (no
+// keep-alive), each request bounded by timeout.
+func HTTPClient(n *netlab.NS, timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
+			return n.Dial(ctx, "tcp4", address)
+		},
+		DisableKeepAlives: true,
+	}}
+}
+
+// Get fetches url with hc and returns the body; a status other than 200
+// is an error.
+func Get(hc *http.Client, url string) (string, error) {
+	resp, err := hc.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return string(b), nil
+}
+
+// Scrape reads the Prometheus endpoint http://addr/metrics from inside n
+// and returns its samples (ParseMetrics).
+func Scrape(n *netlab.NS, addr netip.AddrPort) (map[string]float64, error) {
+	resp, err := HTTPClient(n, 5*time.Second).Get("http://" + addr.String() + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/metrics: %s", resp.Status)
+	}
+	return ParseMetrics(resp.Body)
+}
+
+// UDPEcho sends msg to to from a new connected socket in n (a new flow
+// each time) and returns the answer, waiting at most timeout for it. A
+// connected socket accepts answers from to only.
+func UDPEcho(n *netlab.NS, to netip.AddrPort, msg string, timeout time.Duration) (string, error) {
+	c, err := n.Dial(context.Background(), "udp4", to.String())
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(msg)); err != nil {
+		return "", err
+	}
+	if err := c.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return "", err
+	}
+	buf := make([]byte, 2048)
+	k, err := c.Read(buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:k]), nil
+}
+
+// NextHops returns the gateways of n's main-table kernel route to p
+// (one, or several for an ECMP route), sorted; nil when there is no such
+// route.
+func NextHops(n *netlab.NS, p netip.Prefix) ([]netip.Addr, error) {
+	family := netlink.FAMILY_V4
+	if p.Addr().Is6() {
+		family = netlink.FAMILY_V6
+	}
+	routes, err := n.Netlink().RouteListFiltered(family, &netlink.Route{Table: syscall.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, err
+	}
+	var gws []netip.Addr
+	add := func(ip net.IP) {
+		if g, ok := netip.AddrFromSlice(ip); ok {
+			gws = append(gws, g.Unmap())
+		}
+	}
+	for _, r := range routes {
+		if r.Dst == nil {
+			continue
+		}
+		ones, _ := r.Dst.Mask.Size()
+		a, _ := netip.AddrFromSlice(r.Dst.IP)
+		if netip.PrefixFrom(a.Unmap(), ones) != p {
+			continue
+		}
+		if r.Gw != nil {
+			add(r.Gw)
+		}
+		for _, nh := range r.MultiPath {
+			add(nh.Gw)
+		}
+	}
+	slices.SortFunc(gws, netip.Addr.Compare)
+	return gws, nil
+}
+
+// LinkStats returns the kernel's counters of interface ifname in n.
+func LinkStats(n *netlab.NS, ifname string) (netlink.LinkStatistics, error) {
+	lk, err := n.Link(ifname)
+	if err != nil {
+		return netlink.LinkStatistics{}, err
+	}
+	if lk.Attrs().Statistics == nil {
+		return netlink.LinkStatistics{}, fmt.Errorf("%s: no statistics", ifname)
+	}
+	return *lk.Attrs().Statistics, nil
+}
+
+// VMServer is a VM's servers (ServeVM).
+type VMServer struct {
+	http *http.Server
+	echo net.PacketConn
+}
+
+// ServeVM starts, in the VM namespace n, the servers of the VM called
+// name at addr:
+//
+//   - HTTP on httpPort: every request is answered with the VM's name,
+//     followed by a blank and the query parameter q when the request has
+//     one (GET /?q=TOKEN answers "NAME TOKEN"), so a client learns which
+//     VM served which request; connections are kept alive as long as the
+//     client wants;
+//   - UDP echo on echoPort (0: none): every datagram is answered with
+//     "NAME: " and its payload.
+func ServeVM(n *netlab.NS, name string, addr netip.Addr, httpPort, echoPort uint16) (*VMServer, error) {
+	ln, err := n.Listen(context.Background(), "tcp4", netip.AddrPortFrom(addr, httpPort).String())
+	if err != nil {
+		return nil, err
+	}
+	s := &VMServer{http: &http.Server{ReadHeaderTimeout: 10 * time.Second,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			answer := name
+			if q := r.URL.Query().Get("q"); q != "" {
+				answer += " " + q
+			}
+			io.WriteString(w, answer)
+		})}}
+	go s.http.Serve(ln)
+	if echoPort == 0 {
+		return s, nil
+	}
+	s.echo, err = n.ListenPacket(context.Background(), "udp4", netip.AddrPortFrom(addr, echoPort).String())
+	if err != nil {
+		s.http.Close()
+		return nil, err
+	}
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			k, from, err := s.echo.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			s.echo.WriteTo(append([]byte(name+": "), buf[:k]...), from)
+		}
+	}()
+	return s, nil
+}
+
+// Close stops the servers and closes their sockets (a socket left open
+// keeps its namespace alive).
+func (s *VMServer) Close() error {
+	err := s.http.Close()
+	if s.echo != nil {
+		err = errors.Join(err, s.echo.Close())
+	}
+	return err
+}
