@@ -132,8 +132,9 @@ func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *
 	}
 	dp.nat.SetLocals(dips)
 	// The slow path: a reply to a client whose next hop the resolver has
-	// not resolved yet (the first reply to every new client) goes through
-	// the kernel instead of being dropped.
+	// not resolved yet (the first reply into a route it has not seen, or
+	// to a client behind an ECMP route or on-link) goes through the kernel
+	// instead of being dropped.
 	if dp.slow, err = rawip.Open("kernel"); err != nil {
 		return nil, fmt.Errorf("hostagent: %w", err)
 	}
