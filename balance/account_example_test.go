@@ -67,6 +67,6 @@ func ExampleAccount() {
 	}
 	// Output:
 	// dns: {Packets:4 Bytes:400 NewFlows:3}
-	//   dip1: {Packets:1 Bytes:100 NewFlows:1}
-	//   dip2: {Packets:3 Bytes:300 NewFlows:2}
+	//   dip1: {Packets:3 Bytes:300 NewFlows:2}
+	//   dip2: {Packets:1 Bytes:100 NewFlows:1}
 }

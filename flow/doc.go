@@ -13,8 +13,9 @@
 // # Hashing
 //
 // Hasher computes the fleet-wide flow hash, a named and versioned algorithm
-// (HashVersion, "xdplb-hash-v1": XXH64 with a configured seed over a fixed
-// 42-byte layout of the key). Every Mux of a fleet must use the same seed,
+// (HashVersion, "xdplb-hash-v2": four 64×64→128-bit multiply-mixes with
+// keys drawn from a configured seed, over a fixed 42-byte layout of the
+// key). Every Mux of a fleet must use the same seed,
 // so that they all send a flow to the same backend and a flow survives
 // ECMP moving it between Muxes. Hasher.Hash covers the 5-, 3- or 2-tuple
 // (TupleMode); Hasher.SymmetricHash gives both directions of a flow the

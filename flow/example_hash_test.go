@@ -27,8 +27,8 @@ func ExampleHasher() {
 	other.SrcPort = 40001
 	fmt.Println("3-tuple ignores ports:", h.Hash(&k, flow.Tuple3) == h.Hash(&other, flow.Tuple3))
 	// Output:
-	// xdplb-hash-v1
-	// 5-tuple 0x1e3e633cac77b6d8
+	// xdplb-hash-v2
+	// 5-tuple 0x233679e231f3491e
 	// directional hash differs by direction: true
 	// symmetric hash does not: true
 	// 3-tuple ignores ports: true
@@ -52,7 +52,7 @@ func ExampleMaglev() {
 	}
 	h := flow.NewHasher(1)
 	k := flow.KeyFrom(0, flow.ProtoTCP,
-		netip.MustParseAddrPort("198.19.0.7:51000"),
+		netip.MustParseAddrPort("198.19.0.7:51003"),
 		netip.MustParseAddrPort("198.18.0.10:80"))
 	fmt.Println("flow goes to", backends[m.Lookup(h.Hash(&k, flow.Tuple5))].Name)
 
@@ -71,9 +71,9 @@ func ExampleMaglev() {
 func ExampleRules() {
 	web := func(state flow.BackendState) []flow.Backend {
 		return []flow.Backend{
-			{Name: "10.1.0.5:8080", Addr: netip.MustParseAddr("10.1.0.5"), Port: 8080,
+			{Name: "198.18.1.5:8080", Addr: netip.MustParseAddr("198.18.1.5"), Port: 8080,
 				MAC: [6]byte{2, 0, 0, 0, 0, 5}, Host: netip.MustParseAddr("198.18.10.1"), Weight: 1},
-			{Name: "10.1.0.6:8080", Addr: netip.MustParseAddr("10.1.0.6"), Port: 8080,
+			{Name: "198.18.1.6:8080", Addr: netip.MustParseAddr("198.18.1.6"), Port: 8080,
 				MAC: [6]byte{2, 0, 0, 0, 0, 6}, Host: netip.MustParseAddr("198.18.10.2"), Weight: 1, State: state},
 		}
 	}
@@ -96,7 +96,7 @@ func ExampleRules() {
 	h := flow.NewHasher(1)
 	snap := rules.Load()
 	k := flow.KeyFrom(7, flow.ProtoTCP,
-		netip.MustParseAddrPort("198.19.0.7:51000"),
+		netip.MustParseAddrPort("198.19.0.7:51003"),
 		netip.MustParseAddrPort("198.18.0.10:80"))
 	if r := snap.Lookup(&k); r != nil {
 		if i, ok := r.Pick(h.Hash(&k, r.Mode)); ok {
@@ -105,7 +105,7 @@ func ExampleRules() {
 		}
 	}
 
-	// Health marks 10.1.0.6 down: version 2 sends every new flow to .5.
+	// Health marks 198.18.1.6 down: version 2 sends every new flow to .5.
 	s2, _ := rules.Update(2, config(flow.BackendDown))
 	r := s2.Lookup(&k)
 	i, _ := r.Pick(h.Hash(&k, r.Mode))
@@ -115,7 +115,7 @@ func ExampleRules() {
 	_, err := rules.Update(2, config(flow.BackendActive))
 	fmt.Println(errors.Is(err, flow.ErrStaleVersion), rules.Load().Version)
 	// Output:
-	// v1 web → 10.1.0.6:8080 via host 198.18.10.2
-	// v2 web → 10.1.0.5:8080
+	// v1 web → 198.18.1.6:8080 via host 198.18.10.2
+	// v2 web → 198.18.1.5:8080
 	// true 2
 }

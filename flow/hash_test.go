@@ -1,7 +1,9 @@
 package flow
 
 import (
+	"encoding/binary"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -11,9 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// refHash is the definition of xdplb-hash-v1 written the slow, obvious way:
-// zero the fields the mode ignores, lay the key out with Key.put, and feed
-// the bytes to a seeded cespare/xxhash Digest.
+// refHash is the definition of xdplb-hash-v2 written the slow, obvious way:
+// zero the fields the mode ignores, lay the key out with Key.put, read the
+// words and the tail from the bytes, and mix them with keys from a
+// SplitMix64 written out here again, with a 128-bit product from math/big.
 func refHash(seed uint64, k Key, mode TupleMode) uint64 {
 	if mode != Tuple5 {
 		k.SrcPort, k.DstPort = 0, 0
@@ -23,9 +26,27 @@ func refHash(seed uint64, k Key, mode TupleMode) uint64 {
 	}
 	var b [keyBytes]byte
 	k.put(b[:])
-	d := xxhash.NewWithSeed(seed)
-	_, _ = d.Write(b[:])
-	return d.Sum64()
+	var keys [8]uint64
+	state := seed
+	for i := range keys {
+		state += 0x9e3779b97f4a7c15
+		z := state
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+		z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+		keys[i] = z ^ (z >> 31)
+	}
+	word := func(i int) uint64 { return binary.LittleEndian.Uint64(b[8*i:]) }
+	mix := func(x, y uint64) uint64 {
+		p := new(big.Int).Mul(new(big.Int).SetUint64(x), new(big.Int).SetUint64(y))
+		lo := new(big.Int).And(p, new(big.Int).SetUint64(math.MaxUint64)).Uint64()
+		hi := new(big.Int).Rsh(p, 64).Uint64()
+		return hi ^ lo
+	}
+	tail := uint64(binary.LittleEndian.Uint16(b[40:]))
+	a := mix(word(0)^keys[0], word(1)^keys[1])
+	bb := mix(word(2)^keys[2], word(3)^keys[3])
+	c := mix(word(4)^keys[4], tail^keys[5])
+	return mix(a^c^keys[6], bb^keys[7])
 }
 
 // randKey returns a random key of the given family (4 or 6).
@@ -63,11 +84,11 @@ func TestHashMatchesReference(t *testing.T) {
 	}
 }
 
-// TestHashGolden pins xdplb-hash-v1. If this test fails the algorithm's
+// TestHashGolden pins xdplb-hash-v2. If this test fails the algorithm's
 // output changed: every Mux of a fleet would pick differently. Do not update
 // the numbers; give the new algorithm a new HashVersion instead.
 func TestHashGolden(t *testing.T) {
-	require.Equal(t, "xdplb-hash-v1", HashVersion)
+	require.Equal(t, "xdplb-hash-v2", HashVersion)
 	k4 := KeyFrom(100, ProtoTCP, netip.MustParseAddrPort("198.18.0.1:40000"), netip.MustParseAddrPort("198.19.0.10:80"))
 	k6 := KeyFrom(0xabcdef, ProtoUDP, netip.MustParseAddrPort("[2001:db8::1]:5353"), netip.MustParseAddrPort("[2001:db8:1::53]:53"))
 	tests := []struct {
@@ -78,16 +99,16 @@ func TestHashGolden(t *testing.T) {
 		sym  bool
 		want uint64
 	}{
-		{"v4 5-tuple seed 0", 0, k4, Tuple5, false, 0x2bb40b9d50707d67},
-		{"v4 5-tuple", 0x5eed, k4, Tuple5, false, 0x1e3e633cac77b6d8},
-		{"v4 3-tuple", 0x5eed, k4, Tuple3, false, 0xee151a92df6def88},
-		{"v4 2-tuple", 0x5eed, k4, Tuple2, false, 0xa532f84e20cb1f21},
-		{"v4 symmetric", 0x5eed, k4, Tuple5, true, 0x1e3e633cac77b6d8},
-		{"v6 5-tuple", 0x5eed, k6, Tuple5, false, 0xc5e34fd8ed069581},
-		{"v6 symmetric", 0x5eed, k6, Tuple5, true, 0xc5e34fd8ed069581},
-		{"v4 symmetric reversed", 0x5eed, k4.Reverse(), Tuple5, true, 0x1e3e633cac77b6d8},
-		{"v6 symmetric reversed", 0x5eed, k6.Reverse(), Tuple5, true, 0xc5e34fd8ed069581},
-		{"zero key", 0, Key{}, Tuple5, false, 0x60b98e93296826a4},
+		{"v4 5-tuple seed 0", 0, k4, Tuple5, false, 0x3536c6cab869b4ed},
+		{"v4 5-tuple", 0x5eed, k4, Tuple5, false, 0x233679e231f3491e},
+		{"v4 3-tuple", 0x5eed, k4, Tuple3, false, 0x4e7b7b9ff6dc6e45},
+		{"v4 2-tuple", 0x5eed, k4, Tuple2, false, 0x5d0e46958c6eb616},
+		{"v4 symmetric", 0x5eed, k4, Tuple5, true, 0x233679e231f3491e},
+		{"v6 5-tuple", 0x5eed, k6, Tuple5, false, 0xf4799bc2c26ffcb7},
+		{"v6 symmetric", 0x5eed, k6, Tuple5, true, 0xf4799bc2c26ffcb7},
+		{"v4 symmetric reversed", 0x5eed, k4.Reverse(), Tuple5, true, 0x233679e231f3491e},
+		{"v6 symmetric reversed", 0x5eed, k6.Reverse(), Tuple5, true, 0xf4799bc2c26ffcb7},
+		{"zero key", 0, Key{}, Tuple5, false, 0x702df1c5f414f065},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -346,8 +367,8 @@ func BenchmarkHash(b *testing.B) {
 			hashSink += h.SymmetricHash(&keys[i&1023])
 		}
 	})
-	// The same function through a seeded cespare/xxhash Digest, for
-	// comparison with the fixed-length implementation.
+	// XXH64 of the same layout through a seeded cespare/xxhash Digest:
+	// xdplb-hash-v1's function, for comparison.
 	b.Run("xxhash.Digest", func(b *testing.B) {
 		b.ReportAllocs()
 		var d xxhash.Digest
@@ -359,4 +380,63 @@ func BenchmarkHash(b *testing.B) {
 			hashSink += d.Sum64()
 		}
 	})
+}
+
+// TestHashAvalanche flips each bit of the canonical layout that a key can
+// set and requires every output bit to flip with probability near 1/2:
+// over n random keys per input bit, each output bit's flip count is
+// Binomial(n, 1/2) for an ideal hash, and the bound, 6 standard deviations
+// (n/2 ± 3·sqrt(n)), fails for an ideal hash with probability below 1e-7
+// per (input, output) pair. A weak mix (an input bit reaching only some
+// output bits) misses it by far.
+func TestHashAvalanche(t *testing.T) {
+	const n = 2000
+	dev := 3 * math.Sqrt(n)
+	r := rand.New(rand.NewPCG(9, 10))
+	h := NewHasher(0xa5a5)
+	type flip struct {
+		name string
+		mut  func(k *Key, bit int)
+		bits int
+	}
+	flips := []flip{
+		{"src", func(k *Key, b int) { k.Src[b/8] ^= 1 << (b % 8) }, 128},
+		{"dst", func(k *Key, b int) { k.Dst[b/8] ^= 1 << (b % 8) }, 128},
+		{"sport", func(k *Key, b int) { k.SrcPort ^= 1 << b }, 16},
+		{"dport", func(k *Key, b int) { k.DstPort ^= 1 << b }, 16},
+		{"vni", func(k *Key, b int) { k.VNI ^= 1 << b }, 24},
+		{"proto", func(k *Key, b int) { k.Proto ^= 1 << b }, 8},
+	}
+	keys := make([]Key, n)
+	for i := range keys {
+		keys[i] = randKey(r, 6)
+	}
+	for _, f := range flips {
+		for bit := 0; bit < f.bits; bit++ {
+			var count [64]int
+			for i := range keys {
+				k := keys[i]
+				x := h.Hash(&k, Tuple5)
+				f.mut(&k, bit)
+				d := x ^ h.Hash(&k, Tuple5)
+				for o := 0; o < 64; o++ {
+					count[o] += int(d >> o & 1)
+				}
+			}
+			for o, c := range count {
+				if math.Abs(float64(c)-n/2) > dev {
+					t.Fatalf("%s bit %d flips output bit %d in %d of %d keys (want %d ± %.0f)", f.name, bit, o, c, n, n/2, dev)
+				}
+			}
+		}
+	}
+}
+
+// TestZeroHasher: the zero Hasher is NewHasher(0).
+func TestZeroHasher(t *testing.T) {
+	var z Hasher
+	h := NewHasher(0)
+	k := KeyFrom(1, ProtoTCP, netip.MustParseAddrPort("198.18.0.1:1"), netip.MustParseAddrPort("198.18.0.2:2"))
+	require.Equal(t, h.Hash(&k, Tuple5), z.Hash(&k, Tuple5))
+	require.Equal(t, h.SymmetricHash(&k), z.SymmetricHash(&k))
 }
