@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // taskCPU returns thread tid's (of process pid) time on a CPU, from the
@@ -80,6 +82,26 @@ func napiThreads(ifname string) ([]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// processFIFO sets every thread of process pid SCHED_FIFO at prio (threads
+// it starts later inherit the policy from the thread that starts them).
+func processFIFO(pid, prio int) error {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(prio)}
+		if err := unix.SchedSetAttr(tid, &attr, 0); err != nil && err != unix.ESRCH {
+			return fmt.Errorf("SCHED_FIFO for thread %d of %d: %w", tid, pid, err)
+		}
+	}
+	return nil
 }
 
 // threadsCPU sums the CPU time of kernel threads (or single-threaded

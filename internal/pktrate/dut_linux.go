@@ -16,19 +16,38 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
+
+	"github.com/xdplb/xdplb/internal/netlab"
 )
 
 // A DUT is one device-under-test mode: something that, once started,
 // forwards the test traffic arriving on Topology.DUTIn out of
 // Topology.DUTOut towards the sink, with the sink's MAC as destination.
 // Start must leave nothing behind once the Instance is stopped, so the
-// next DUT finds the DUT namespace as NewTopology made it.
+// next DUT finds the DUT namespace as NewTopology made it. A DUT runs on
+// PathRouted and delivers plain test frames unless it implements PathDUT.
 type DUT interface {
 	// Name labels the mode in results ("xdp-redirect", "kernel", ...).
 	Name() string
 	// Start sets the mode up and returns once it forwards (or as good as:
 	// the harness warms up before it measures).
 	Start(ctx context.Context, t *Topology) (Instance, error)
+}
+
+// A PathDUT is a DUT that says which path it runs on and which kind of
+// test frame it delivers to the sink.
+type PathDUT interface {
+	DUT
+	Shape() (Path, Output)
+}
+
+// ShapeOf returns d's path and output: PathRouted and OutputPlain unless
+// d is a PathDUT.
+func ShapeOf(d DUT) (Path, Output) {
+	if p, ok := d.(PathDUT); ok {
+		return p.Shape()
+	}
+	return PathRouted, OutputPlain
 }
 
 // An Instance is a started DUT.
@@ -42,11 +61,31 @@ type Instance interface {
 
 // KernelForward is the DUT mode "kernel": plain Linux IPv4 forwarding
 // (net.ipv4.ip_forward=1, connected routes, a permanent neighbour entry
-// for the sink). It is what a user gets without xdplb.
-type KernelForward struct{}
+// for the sink). It is what a user gets without xdplb. With OneArm it is
+// "kernel-1arm" on PathOneArm: the route to VIPAddr leads back out of the
+// interface the frame came in on (to the generator, with ICMP redirects
+// off).
+type KernelForward struct {
+	OneArm bool
+}
 
-// Name returns "kernel".
-func (KernelForward) Name() string { return "kernel" }
+// Name returns "kernel" or "kernel-1arm".
+func (k KernelForward) Name() string {
+	if k.OneArm {
+		return "kernel-1arm"
+	}
+	return "kernel"
+}
+
+// Shape returns PathOneArm with OneArm, else PathRouted; OutputPlain.
+func (k KernelForward) Shape() (Path, Output) { return oneArmPath(k.OneArm), OutputPlain }
+
+func oneArmPath(oneArm bool) Path {
+	if oneArm {
+		return PathOneArm
+	}
+	return PathRouted
+}
 
 // Start turns forwarding on in the DUT namespace.
 func (KernelForward) Start(ctx context.Context, t *Topology) (Instance, error) {
@@ -59,20 +98,36 @@ func (KernelForward) Start(ctx context.Context, t *Topology) (Instance, error) {
 // XDPRedirect is the DUT mode "xdp-redirect": an XDP program in the DUT's
 // ingress veth (bpf/redirect.c, driver mode) rewrites the MACs and
 // bpf_redirects every IPv4 frame to the egress veth. No forwarder of this
-// path can beat it: it is the ceiling.
-type XDPRedirect struct{}
+// path can beat it: it is the ceiling. With OneArm it is "xdp-tx-1arm" on
+// PathOneArm: the program sends every frame back out of the veth it came
+// in on (XDP_TX), the ceiling of the one-armed path.
+type XDPRedirect struct {
+	OneArm bool
+}
 
-// Name returns "xdp-redirect".
-func (XDPRedirect) Name() string { return "xdp-redirect" }
+// Name returns "xdp-redirect" or "xdp-tx-1arm".
+func (x XDPRedirect) Name() string {
+	if x.OneArm {
+		return "xdp-tx-1arm"
+	}
+	return "xdp-redirect"
+}
+
+// Shape returns PathOneArm with OneArm, else PathRouted; OutputPlain.
+func (x XDPRedirect) Shape() (Path, Output) { return oneArmPath(x.OneArm), OutputPlain }
 
 // Start loads and attaches the program.
-func (XDPRedirect) Start(ctx context.Context, t *Topology) (Instance, error) {
+func (x XDPRedirect) Start(ctx context.Context, t *Topology) (Instance, error) {
 	spec, err := loadRedirect()
 	if err != nil {
 		return nil, fmt.Errorf("pktrate: redirect program: %w", err)
 	}
+	out := uint32(t.DUTOut.Index)
+	if x.OneArm {
+		out = 0 // XDP_TX
+	}
 	for name, v := range map[string]any{
-		"out_ifindex": uint32(t.DUTOut.Index),
+		"out_ifindex": out,
 		"new_dst":     [6]byte(t.SinkLink.MAC),
 		"new_src":     [6]byte(t.DUTOut.MAC),
 	} {
@@ -103,8 +158,8 @@ func (stopFunc) PIDs() []int   { return nil }
 func (f stopFunc) Stop() error { return f() }
 
 // Process is a DUT mode run as a program inside the DUT namespace, such as
-// examples/l2fwd (and later the Mux or the Host Agent). Its arguments are
-// templates; these placeholders are replaced:
+// examples/l2fwd (Mux and HostAgent run theirs through it). Its arguments
+// are templates; these placeholders are replaced:
 //
 //	{in}        the ingress interface (Topology.DUTIn)
 //	{out}       the egress interface (Topology.DUTOut)
@@ -116,10 +171,14 @@ func (f stopFunc) Stop() error { return f() }
 // it is ready, forward until SIGTERM, and exit on SIGTERM, detaching it.
 // Start waits for the XDP program to appear; Stop sends SIGTERM, then
 // SIGKILL after StopTimeout, and removes a netlink-attached program the
-// process left behind.
+// process left behind on {in} or {out}.
 type Process struct {
 	// Label is the mode's name.
 	Label string
+	// On is the path the program runs on (default PathRouted); Delivers
+	// what it delivers to the sink (default OutputPlain).
+	On       Path
+	Delivers Output
 	// Path is the program; Args its argument templates.
 	Path string
 	Args []string
@@ -133,6 +192,9 @@ type Process struct {
 
 // Name returns the Label.
 func (p Process) Name() string { return p.Label }
+
+// Shape returns p.On and p.Delivers.
+func (p Process) Shape() (Path, Output) { return p.On, p.Delivers }
 
 // ExpandArgs returns p.Args with the placeholders replaced for t.
 func (p Process) ExpandArgs(t *Topology) []string {
@@ -237,25 +299,40 @@ func (pi *procInstance) stop() error {
 	}
 	// A bpf_link goes with the process; a netlink-attached program stays.
 	// Give the kernel a moment, then remove what is left.
+	links := []*netlab.Link{pi.t.DUTIn}
+	if pi.t.DUTOut != pi.t.DUTIn {
+		links = append(links, pi.t.DUTOut)
+	}
+	for _, l := range links {
+		if err := removeXDP(l); err != nil {
+			errs = append(errs, fmt.Errorf("pktrate: %s: %w", pi.p.Label, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeXDP waits up to a second for l's XDP program to go, then detaches
+// whatever is left.
+func removeXDP(l *netlab.Link) error {
 	for i := 0; i < 50; i++ {
-		if attached, err := pi.t.DUTXDPAttached(); err != nil || !attached {
-			return errors.Join(errs...)
+		if attached, err := xdpAttached(l); err != nil || !attached {
+			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	_ = pi.t.DUT.Do(func() error {
-		l, err := netlink.LinkByIndex(pi.t.DUTIn.Index)
+	_ = l.NS.Do(func() error {
+		lk, err := netlink.LinkByIndex(l.Index)
 		if err == nil {
 			for _, f := range []int{nl.XDP_FLAGS_DRV_MODE, nl.XDP_FLAGS_SKB_MODE} {
-				_ = netlink.LinkSetXdpFdWithFlags(l, -1, f)
+				_ = netlink.LinkSetXdpFdWithFlags(lk, -1, f)
 			}
 		}
 		return err
 	})
-	if attached, err := pi.t.DUTXDPAttached(); err != nil || attached {
-		errs = append(errs, fmt.Errorf("pktrate: %s left an XDP program on %s that cannot be removed", pi.p.Label, pi.t.DUTIn.Name))
+	if attached, err := xdpAttached(l); err != nil || attached {
+		return fmt.Errorf("left an XDP program on %s that cannot be removed", l.Name)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // exitedCleanly: exit status 0, or death by the SIGTERM we sent.

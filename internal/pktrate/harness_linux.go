@@ -18,8 +18,8 @@ import (
 // between them stay meaningful. The zero value of each field is its
 // default.
 type Config struct {
-	// DUTs are the modes to compare (required). The first is the
-	// reference of the ratio column.
+	// DUTs are the modes to compare (required), all on one Path
+	// (ShapeOf). The first is the reference of the ratio column.
 	DUTs []DUT
 	// Sizes are frame sizes with FCS (default 64).
 	Sizes []int
@@ -35,10 +35,22 @@ type Config struct {
 	Trials int
 	// GenAffinity pins the generator's sending thread to these CPUs.
 	GenAffinity []int
-	// Topology configures the namespaces and veths.
+	// ProcessFIFO runs every thread of a DUT's processes (Instance.PIDs)
+	// SCHED_FIFO at the priority of the DUT's ingress NAPI threads, once
+	// the DUT is started: a process DUT then competes with the rest of a
+	// busy machine as the kernel modes' NAPI threads do, instead of being
+	// time-shared with it (a data-plane process has cores of its own in
+	// production). Off by default.
+	ProcessFIFO bool
+	// Topology configures the namespaces and veths; its Path is the
+	// DUTs'.
 	Topology TopologyConfig
 	// Progress, when set, is called after every trial.
 	Progress func(p Point, trial int, s Sample)
+	// AfterTrial, when set, is called after every trial, once the DUT has
+	// stopped, with the topology (tests read the sink's captured frames
+	// there); an error ends the Run.
+	AfterTrial func(t *Topology, p Point, trial int) error
 }
 
 func (c Config) withDefaults() Config {
@@ -76,6 +88,14 @@ func Run(ctx context.Context, lab *netlab.Lab, cfg Config) ([]Result, error) {
 	if len(cfg.DUTs) == 0 {
 		return nil, errors.New("pktrate: no DUT to measure")
 	}
+	path, _ := ShapeOf(cfg.DUTs[0])
+	for _, d := range cfg.DUTs[1:] {
+		if p, _ := ShapeOf(d); p != path {
+			return nil, fmt.Errorf("pktrate: %s runs on the %v path and %s on the %v path: measure them in separate runs",
+				cfg.DUTs[0].Name(), path, d.Name(), p)
+		}
+	}
+	cfg.Topology.Path = path
 	topo, err := NewTopology(lab, cfg.Topology)
 	if err != nil {
 		return nil, err
@@ -129,6 +149,11 @@ func runFrames(ctx context.Context, topo *Topology, cfg Config, size, flows int)
 				if cfg.Progress != nil {
 					cfg.Progress(rs[i].Point, trial, s)
 				}
+				if cfg.AfterTrial != nil {
+					if err := cfg.AfterTrial(topo, rs[i].Point, trial); err != nil {
+						return append(results, summarized(rs)...), err
+					}
+				}
 			}
 		}
 		results = append(results, summarized(rs)...)
@@ -172,6 +197,13 @@ func runTrial(ctx context.Context, topo *Topology, gen *Generator, cfg Config, d
 			err = serr
 		}
 	}()
+	if cfg.ProcessFIFO {
+		for _, pid := range inst.PIDs() {
+			if err := processFIFO(pid, dutPriority); err != nil {
+				return s, fmt.Errorf("pktrate: %s: %w", dut.Name(), err)
+			}
+		}
+	}
 	dutThreads, err := topo.DUTNAPIThreads()
 	if err != nil {
 		return s, err
@@ -204,6 +236,7 @@ func runTrial(ctx context.Context, topo *Topology, gen *Generator, cfg Config, d
 		return sn, nil
 	}
 
+	_, output := ShapeOf(dut)
 	start, err := take()
 	if err != nil {
 		return s, err
@@ -242,14 +275,17 @@ func runTrial(ctx context.Context, topo *Topology, gen *Generator, cfg Config, d
 	if err != nil {
 		return s, err
 	}
+	delivered := func(sn snapshot) uint64 { d, _ := sn.sink.Delivered(output); return d }
+	otherKind := func(sn snapshot) uint64 { _, o := sn.sink.Delivered(output); return o }
 	return Sample{
 		Window:            w1.at.Sub(w0.at),
 		WindowSent:        w1.sent - w0.sent,
-		WindowReceived:    w1.sink.Packets - w0.sink.Packets,
+		WindowReceived:    delivered(w1) - delivered(w0),
 		WindowEgressDrops: w1.drops.DUTOutTX - w0.drops.DUTOutTX,
 		Sent:              end.sent - start.sent,
-		Received:          end.sink.Packets - start.sink.Packets,
+		Received:          delivered(end) - delivered(start),
 		WrongMAC:          end.sink.WrongMAC - start.sink.WrongMAC,
+		WrongKind:         otherKind(end) - otherKind(start),
 		DUTCPU:            w1.dutCPU - w0.dutCPU,
 		GenCPU:            w1.genCPU - w0.genCPU,
 		SinkCPU:           w1.sinkCPU - w0.sinkCPU,

@@ -26,8 +26,13 @@ import (
 const helperEnv = "PKTRATE_TEST_HELPER"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) == "redirect" {
-		if err := helperDUT(os.Args[1:]); err != nil {
+	helpers := map[string]func([]string) error{
+		"redirect":  helperDUT,
+		"mux":       helperMux,
+		"hostagent": helperHostAgent,
+	}
+	if h, ok := helpers[os.Getenv(helperEnv)]; ok {
+		if err := h(os.Args[1:]); err != nil {
 			fmt.Fprintln(os.Stderr, "helper:", err)
 			os.Exit(1)
 		}

@@ -13,22 +13,34 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type sinkCapture struct {
+	_    structs.HostLayout
+	Len  uint32
+	Data [256]uint8
+}
+
 type sinkSinkCounters struct {
-	_        structs.HostLayout
-	Packets  uint64
-	Bytes    uint64
-	WrongMac uint64
-	Other    uint64
+	_            structs.HostLayout
+	Packets      uint64
+	Bytes        uint64
+	VxlanPackets uint64
+	VxlanBytes   uint64
+	WrongMac     uint64
+	Other        uint64
+	Captured     uint64
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	sinkMapSinkStats = "sink_stats"
-	sinkProgXdpSink  = "xdp_sink"
-	sinkVarDstPort   = "dst_port"
-	sinkVarSinkMac   = "sink_mac"
+	sinkMapCaptures   = "captures"
+	sinkMapSinkStats  = "sink_stats"
+	sinkProgXdpSink   = "xdp_sink"
+	sinkVarCaptureMax = "capture_max"
+	sinkVarDstAddr    = "dst_addr"
+	sinkVarDstPort    = "dst_port"
+	sinkVarSinkMac    = "sink_mac"
 )
 
 // loadSink returns the embedded CollectionSpec for sink.
@@ -80,6 +92,7 @@ type sinkProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sinkMapSpecs struct {
+	Captures  *ebpf.MapSpec `ebpf:"captures"`
 	SinkStats *ebpf.MapSpec `ebpf:"sink_stats"`
 }
 
@@ -87,8 +100,10 @@ type sinkMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sinkVariableSpecs struct {
-	DstPort *ebpf.VariableSpec `ebpf:"dst_port"`
-	SinkMac *ebpf.VariableSpec `ebpf:"sink_mac"`
+	CaptureMax *ebpf.VariableSpec `ebpf:"capture_max"`
+	DstAddr    *ebpf.VariableSpec `ebpf:"dst_addr"`
+	DstPort    *ebpf.VariableSpec `ebpf:"dst_port"`
+	SinkMac    *ebpf.VariableSpec `ebpf:"sink_mac"`
 }
 
 // sinkObjects contains all objects after they have been loaded into the kernel.
@@ -111,11 +126,13 @@ func (o *sinkObjects) Close() error {
 //
 // It can be passed to loadSinkObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sinkMaps struct {
+	Captures  *ebpf.Map `ebpf:"captures"`
 	SinkStats *ebpf.Map `ebpf:"sink_stats"`
 }
 
 func (m *sinkMaps) Close() error {
 	return _SinkClose(
+		m.Captures,
 		m.SinkStats,
 	)
 }
@@ -124,8 +141,10 @@ func (m *sinkMaps) Close() error {
 //
 // It can be passed to loadSinkObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sinkVariables struct {
-	DstPort *ebpf.Variable `ebpf:"dst_port"`
-	SinkMac *ebpf.Variable `ebpf:"sink_mac"`
+	CaptureMax *ebpf.Variable `ebpf:"capture_max"`
+	DstAddr    *ebpf.Variable `ebpf:"dst_addr"`
+	DstPort    *ebpf.Variable `ebpf:"dst_port"`
+	SinkMac    *ebpf.Variable `ebpf:"sink_mac"`
 }
 
 // sinkPrograms contains all programs after they have been loaded into the kernel.

@@ -111,6 +111,10 @@ type Sample struct {
 	// WrongMAC counts test frames the sink saw with a destination MAC that
 	// is not its own (a DUT that forgot to rewrite MACs); never expected.
 	WrongMAC uint64
+	// WrongKind counts test frames of the kind the DUT does not deliver
+	// (plain frames from a Mux that should have encapsulated them, or
+	// VXLAN from a forwarder); never expected. Not in Received.
+	WrongKind uint64
 	// DUTCPU is the CPU time the DUT used in the window: its ingress NAPI
 	// threads plus its processes (with NAPISoftirq: the machine's softirq
 	// time plus its processes).
@@ -219,8 +223,8 @@ type Summary struct {
 	IngressLoss, EgressLoss    float64
 	CPUPerPacket               time.Duration
 	DUTUtil, GenUtil, SinkUtil float64
-	// WrongMAC is the total over all trials (should be 0).
-	WrongMAC uint64
+	// WrongMAC and WrongKind are totals over all trials (should be 0).
+	WrongMAC, WrongKind uint64
 }
 
 // Summarize takes the median of every figure over samples. Each figure's
@@ -254,6 +258,7 @@ func Summarize(samples []Sample) Summary {
 	}
 	for _, s := range samples {
 		sum.WrongMAC += s.WrongMAC
+		sum.WrongKind += s.WrongKind
 	}
 	return sum
 }

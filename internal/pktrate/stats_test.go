@@ -87,6 +87,7 @@ func TestSummarize(t *testing.T) {
 	assert.InDelta(t, 0.01, s.Loss, 1e-12)
 	assert.Equal(t, 2*time.Microsecond, s.CPUPerPacket)
 	assert.Equal(t, uint64(3), s.WrongMAC)
+	assert.Equal(t, uint64(0), s.WrongKind)
 
 	assert.Equal(t, Summary{}, Summarize(nil))
 }
@@ -181,15 +182,17 @@ func TestWriteTable(t *testing.T) {
 		{Point: withDUT(p, "xdp-redirect"), Summary: Summary{Trials: 3, OfferedPPS: 2e6, DeliveredPPS: 2e6, MinDelivered: 1.9e6, MaxDelivered: 2.1e6, ForwardedPPS: 2e6, CPUPerPacket: 250 * time.Nanosecond, DUTUtil: 0.5, GenUtil: 1, SinkUtil: 0.2}},
 		{Point: withDUT(p, "kernel"), Summary: Summary{Trials: 3, OfferedPPS: 2e6, DeliveredPPS: 1e6, MinDelivered: 1e6, MaxDelivered: 1e6, ForwardedPPS: 1.1e6, Loss: 0.5, IngressLoss: 0.45, EgressLoss: 0.05, CPUPerPacket: time.Microsecond, DUTUtil: 1}},
 		{Point: withDUT(p, "broken"), Summary: Summary{Trials: 3, OfferedPPS: 2e6, WrongMAC: 7}},
+		{Point: withDUT(p, "unencapsulated"), Summary: Summary{Trials: 3, OfferedPPS: 2e6, WrongKind: 9}},
 	}
 	var b bytes.Buffer
 	require.NoError(t, WriteTable(&b, results))
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	require.Len(t, lines, 5)
+	require.Len(t, lines, 6)
 	assert.Contains(t, lines[0], "| fwd vs xdp-redirect |")
 	assert.Equal(t, "| xdp-redirect | 64 | 1k | max | 2.000 | 2.000 (1.900–2.100) | 2.000 | 1.00 | 0 | 250 | 0.50 | 1.00 | 0.20 |", lines[2])
 	assert.Equal(t, "| kernel | 64 | 1k | max | 2.000 | 1.000 (1.000–1.000) | 1.100 | 0.55 | 50.00% (45.00% / 5.00%) | 1000 | 1.00 | 0.00 | 0.00 |", lines[3])
 	assert.Contains(t, lines[4], "broken (7 wrong MAC!)")
+	assert.Contains(t, lines[5], "unencapsulated (9 of the wrong kind!)")
 }
 
 func withDUT(p Point, name string) Point {

@@ -20,7 +20,8 @@ import (
 //   - DUT ns/pkt: the DUT's CPU time per forwarded packet
 //   - DUT, gen, sink CPU: CPU time over the window (1.00 = one core)
 //
-// Rows whose trials saw frames with a wrong destination MAC are marked.
+// Rows whose trials saw frames with a wrong destination MAC, or of the
+// wrong kind (plain instead of VXLAN or the reverse), are marked.
 func WriteTable(w io.Writer, results []Result) error {
 	ref := map[Point]float64{}
 	refName := ""
@@ -48,6 +49,9 @@ func WriteTable(w io.Writer, results []Result) error {
 		name := r.DUT
 		if s.WrongMAC > 0 {
 			name += fmt.Sprintf(" (%d wrong MAC!)", s.WrongMAC)
+		}
+		if s.WrongKind > 0 {
+			name += fmt.Sprintf(" (%d of the wrong kind!)", s.WrongKind)
 		}
 		loss := formatLoss(s.Loss)
 		if s.Loss > 0 {

@@ -7,7 +7,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"net/netip"
+	"net"
 	"os/exec"
 	"time"
 	"unsafe"
@@ -17,20 +17,6 @@ import (
 
 	"github.com/xdplb/xdplb/internal/netlab"
 )
-
-// Addresses of the topology (RFC 2544 benchmarking range). Test frames go
-// from FlowSrc (and the addresses after it, one per 32768 flows) to
-// SinkAddr, UDP port DstPort.
-var (
-	GenAddr    = netip.MustParseAddr("198.18.0.1")
-	DUTInAddr  = netip.MustParseAddr("198.18.0.2")
-	DUTOutAddr = netip.MustParseAddr("198.18.1.1")
-	SinkAddr   = netip.MustParseAddr("198.18.1.2")
-	FlowSrc    = netip.MustParseAddr("198.18.0.128")
-)
-
-// DstPort is the test traffic's UDP destination port (discard).
-const DstPort = 9
 
 // NAPIMode says where the kernel's receive work for the DUT's ingress veth
 // and the sink's veth runs.
@@ -83,6 +69,9 @@ func ParseNAPIMode(s string) (NAPIMode, error) {
 // TopologyConfig describes the three-namespace topology. The zero value
 // is the default.
 type TopologyConfig struct {
+	// Path is the topology's shape (default PathRouted). Run sets it from
+	// its DUTs.
+	Path Path
 	// Queues is the number of RX/TX queues of each veth (default 1). The
 	// generator sends on queue 0.
 	Queues int
@@ -94,18 +83,40 @@ type TopologyConfig struct {
 	// the generator, the DUT and the sink a core each keeps them from
 	// measuring each other.
 	DUTNAPICPUs, SinkNAPICPUs []int
+	// SinkCapture makes the sink keep copies of the first test frames it
+	// counts (SinkConfig.Capture; Sink.Captured), for tests. Zero for
+	// measurements.
+	SinkCapture int
 }
 
-// Topology is generator namespace → DUT namespace → sink namespace over
-// two veth pairs:
+// Topology is the namespaces, veths, addresses and sink of one Path.
+//
+// PathRouted and PathTunnel: generator namespace → DUT namespace → sink
+// namespace over two veth pairs:
 //
 //	gen [GenLink 198.18.0.1] ── [DUTIn 198.18.0.2] dut [DUTOut 198.18.1.1] ── [SinkLink 198.18.1.2] sink
 //
-// The sink's veth carries the counting program (Sink). The DUT namespace
-// starts with forwarding off, reverse-path filtering off, a permanent
-// neighbour entry for SinkAddr, and no XDP program: each DUT mode adds its
-// own and removes it when it stops. IPv6 is disabled in all three
-// namespaces so no neighbour discovery or MLD frames cross the path.
+// On PathTunnel the DUT is a host (DUTIn's address is the host's, where
+// VXLAN arrives), DUTOut is its VM port and the sink namespace is the VM
+// (SinkAddr is the DIP, SinkLink's MAC the VM's).
+//
+// PathOneArm: generator namespace ⇄ DUT namespace over one veth pair; the
+// DUT's only veth is both DUTIn and DUTOut, and the sink counts on the
+// generator's veth (SinkNS is Gen, SinkLink is GenLink):
+//
+//	gen [GenLink 198.18.0.1] ── [DUTIn = DUTOut 198.18.0.2] dut
+//
+// The DUT routes 198.18.0.0/15 via 198.18.0.1 (the generator is its
+// router, with a permanent neighbour entry), so VIPAddr and the Mux's
+// backend hosts are reached back out of the same veth; ICMP redirects are
+// off.
+//
+// SinkLink carries the counting program (Sink). The DUT namespace starts
+// with forwarding off, reverse-path filtering off, a permanent neighbour
+// entry for its next hop (SinkAddr, or GenAddr one-armed), and no XDP
+// program: each DUT mode adds its own and removes it when it stops. IPv6
+// is disabled in all namespaces so no neighbour discovery or MLD frames
+// cross the path.
 //
 // DUTIn has GRO on so it has NAPI even without an XDP program, and
 // GenLink has TSO off so the veth hands the generator's frames to that
@@ -118,6 +129,7 @@ type Topology struct {
 	// Sink counts what arrives at SinkLink.
 	Sink *Sink
 
+	path              Path
 	napi              NAPIMode
 	dutCPUs, sinkCPUs []int
 }
@@ -129,17 +141,28 @@ func NewTopology(lab *netlab.Lab, cfg TopologyConfig) (t *Topology, err error) {
 	if cfg.NAPI > NAPISoftirq {
 		return nil, fmt.Errorf("pktrate: unknown NAPI mode %d", cfg.NAPI)
 	}
-	t = &Topology{napi: cfg.NAPI, dutCPUs: cfg.DUTNAPICPUs, sinkCPUs: cfg.SinkNAPICPUs}
+	if cfg.Path > PathTunnel {
+		return nil, fmt.Errorf("pktrate: unknown path %d", cfg.Path)
+	}
+	if cfg.SinkCapture < 0 || cfg.SinkCapture > MaxCapture {
+		return nil, fmt.Errorf("pktrate: sink capture %d outside [0, %d]", cfg.SinkCapture, MaxCapture)
+	}
+	oneArm := cfg.Path == PathOneArm
+	t = &Topology{path: cfg.Path, napi: cfg.NAPI, dutCPUs: cfg.DUTNAPICPUs, sinkCPUs: cfg.SinkNAPICPUs}
 	defer func() {
 		if err != nil {
 			t.Close()
 			t = nil
 		}
 	}()
-	for _, p := range []struct {
+	namespaces := []struct {
 		ns   **netlab.NS
 		name string
-	}{{&t.Gen, "gen"}, {&t.DUT, "dut"}, {&t.SinkNS, "sink"}} {
+	}{{&t.Gen, "gen"}, {&t.DUT, "dut"}, {&t.SinkNS, "sink"}}
+	if oneArm {
+		namespaces = namespaces[:2]
+	}
+	for _, p := range namespaces {
 		if *p.ns, err = lab.Namespace(p.name); err != nil {
 			return t, err
 		}
@@ -157,21 +180,35 @@ func NewTopology(lab *netlab.Lab, cfg TopologyConfig) (t *Topology, err error) {
 	}); err != nil {
 		return t, err
 	}
-	if t.DUTOut, t.SinkLink, err = lab.VethWith(netlab.VethConfig{
-		A: t.DUT, AName: "po" + tag, B: t.SinkNS, BName: "ps" + tag, Queues: cfg.Queues,
-	}); err != nil {
-		return t, err
-	}
-	for _, a := range []struct {
+	addrs := []struct {
 		ns     *netlab.NS
 		ifname string
 		prefix string
 	}{
 		{t.Gen, t.GenLink.Name, GenAddr.String() + "/24"},
 		{t.DUT, t.DUTIn.Name, DUTInAddr.String() + "/24"},
-		{t.DUT, t.DUTOut.Name, DUTOutAddr.String() + "/24"},
-		{t.SinkNS, t.SinkLink.Name, SinkAddr.String() + "/24"},
-	} {
+	}
+	nextHop, nextMAC := SinkAddr, net.HardwareAddr(nil)
+	if oneArm {
+		t.SinkNS, t.DUTOut, t.SinkLink = t.Gen, t.DUTIn, t.GenLink
+		nextHop, nextMAC = GenAddr, t.GenLink.MAC
+	} else {
+		if t.DUTOut, t.SinkLink, err = lab.VethWith(netlab.VethConfig{
+			A: t.DUT, AName: "po" + tag, B: t.SinkNS, BName: "ps" + tag, Queues: cfg.Queues,
+		}); err != nil {
+			return t, err
+		}
+		addrs = append(addrs, []struct {
+			ns     *netlab.NS
+			ifname string
+			prefix string
+		}{
+			{t.DUT, t.DUTOut.Name, DUTOutAddr.String() + "/24"},
+			{t.SinkNS, t.SinkLink.Name, SinkAddr.String() + "/24"},
+		}...)
+		nextMAC = t.SinkLink.MAC
+	}
+	for _, a := range addrs {
 		if err := a.ns.AddAddr(a.ifname, a.prefix); err != nil {
 			return t, err
 		}
@@ -183,6 +220,11 @@ func NewTopology(lab *netlab.Lab, cfg TopologyConfig) (t *Topology, err error) {
 		{"net.ipv4.conf." + t.DUTIn.Name + ".rp_filter", "0"},
 		{"net.ipv4.conf." + t.DUTOut.Name + ".rp_filter", "0"},
 		{"net.ipv4.conf.all.send_redirects", "0"},
+		{"net.ipv4.conf.default.send_redirects", "0"},
+		// The kernel sends a redirect when it forwards a packet out of
+		// the interface it came in on (one-armed) unless both this and
+		// "all" are off.
+		{"net.ipv4.conf." + t.DUTIn.Name + ".send_redirects", "0"},
 	} {
 		if err := t.DUT.SetSysctl(kv[0], kv[1]); err != nil {
 			return t, err
@@ -192,10 +234,15 @@ func NewTopology(lab *netlab.Lab, cfg TopologyConfig) (t *Topology, err error) {
 		LinkIndex:    t.DUTOut.Index,
 		Family:       unix.AF_INET,
 		State:        netlink.NUD_PERMANENT,
-		IP:           SinkAddr.AsSlice(),
-		HardwareAddr: t.SinkLink.MAC,
+		IP:           nextHop.AsSlice(),
+		HardwareAddr: nextMAC,
 	}); err != nil {
-		return t, fmt.Errorf("pktrate: neighbour %v on %s: %w", SinkAddr, t.DUTOut.Name, err)
+		return t, fmt.Errorf("pktrate: neighbour %v on %s: %w", nextHop, t.DUTOut.Name, err)
+	}
+	if oneArm {
+		if err := t.DUT.AddRoute("198.18.0.0/15", GenAddr.String()); err != nil {
+			return t, err
+		}
 	}
 	if err := setFeature(t.Gen, t.GenLink.Name, unix.ETHTOOL_STSO, false); err != nil {
 		return t, err
@@ -203,7 +250,16 @@ func NewTopology(lab *netlab.Lab, cfg TopologyConfig) (t *Topology, err error) {
 	if err := setFeature(t.DUT, t.DUTIn.Name, unix.ETHTOOL_SGRO, true); err != nil {
 		return t, err
 	}
-	if t.Sink, err = AttachSink(t.SinkNS, t.SinkLink.Index, t.SinkLink.MAC, DstPort); err != nil {
+	sc := SinkConfig{MAC: t.SinkLink.MAC, Capture: cfg.SinkCapture}
+	switch t.path {
+	case PathRouted:
+		sc.DstAddr, sc.DstPort = SinkAddr, DstPort
+	case PathOneArm:
+		sc.DstAddr, sc.DstPort = VIPAddr, DstPort
+	case PathTunnel:
+		sc.DstAddr, sc.DstPort = DIPAddr, DIPPort
+	}
+	if t.Sink, err = AttachSink(t.SinkNS, t.SinkLink.Index, sc); err != nil {
 		return t, err
 	}
 	if t.Threaded() {
@@ -223,14 +279,30 @@ func NewTopology(lab *netlab.Lab, cfg TopologyConfig) (t *Topology, err error) {
 	return t, nil
 }
 
+// Path returns the topology's path.
+func (t *Topology) Path() Path { return t.path }
+
 // Spec returns the FrameSpec of the test traffic for a frame size and flow
-// count: from the generator to the sink through the DUT's ingress MAC.
+// count on the topology's path: from the generator through the DUT's
+// ingress MAC to SinkAddr (PathRouted) or VIPAddr (PathOneArm); on
+// PathTunnel in VXLAN to the host's address DUTInAddr, around frames to
+// VIPAddr addressed to the VM's MAC (SinkLink's), as a Mux would send
+// them (inner source MAC: the generator's, as the Mux keeps it).
 func (t *Topology) Spec(size, flows int) FrameSpec {
-	return FrameSpec{
+	s := FrameSpec{
 		SrcMAC: t.GenLink.MAC, DstMAC: t.DUTIn.MAC,
 		Src: FlowSrc, Dst: SinkAddr, DstPort: DstPort,
 		Size: size, Flows: flows,
 	}
+	switch t.path {
+	case PathOneArm:
+		s.Dst = VIPAddr
+	case PathTunnel:
+		s.Dst, s.DstMAC = VIPAddr, t.SinkLink.MAC
+		s.VXLAN = &VXLANSpec{SrcMAC: t.GenLink.MAC, DstMAC: t.DUTIn.MAC,
+			Src: GenAddr, Dst: DUTInAddr, Port: VXLANPort, VNI: TunnelVNI}
+	}
+	return s
 }
 
 // Threaded reports whether the DUT's and the sink's NAPI run on kernel
@@ -308,12 +380,15 @@ func napiThreadsFIFO(ifname string, prio int, cpus []int) ([]int, error) {
 
 // DUTXDPAttached reports whether the DUT's ingress veth carries an XDP
 // program.
-func (t *Topology) DUTXDPAttached() (bool, error) {
-	l, err := t.DUT.Netlink().LinkByIndex(t.DUTIn.Index)
+func (t *Topology) DUTXDPAttached() (bool, error) { return xdpAttached(t.DUTIn) }
+
+// xdpAttached reports whether l carries an XDP program.
+func xdpAttached(l *netlab.Link) (bool, error) {
+	lk, err := l.NS.Netlink().LinkByIndex(l.Index)
 	if err != nil {
 		return false, err
 	}
-	x := l.Attrs().Xdp
+	x := lk.Attrs().Xdp
 	return x != nil && (x.Attached || x.ProgId != 0), nil
 }
 

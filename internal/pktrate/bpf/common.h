@@ -35,6 +35,7 @@ typedef __u32 __be32;
 
 #define XDP_DROP 1
 #define XDP_PASS 2
+#define XDP_TX 3
 
 struct xdp_md {
 	__u32 data;
@@ -47,11 +48,13 @@ struct xdp_md {
 
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
 static long (*bpf_redirect)(__u32 ifindex, __u64 flags) = (void *)23;
+static long (*bpf_xdp_load_bytes)(struct xdp_md *ctx, __u32 offset, void *buf, __u32 len) = (void *)189;
 
 #define ETH_HLEN 14
 #define ETH_ALEN 6
 #define ETH_P_IP 0x0800
 #define IPPROTO_UDP 17
+#define VXLAN_PORT 4789
 
 struct eth_hdr {
 	__u8 dst[ETH_ALEN];
@@ -77,6 +80,13 @@ struct udp_hdr {
 	__be16 dest;
 	__be16 len;
 	__be16 check;
+};
+
+struct vxlan_hdr {
+	__u8 flags; /* 0x08: the VNI is valid */
+	__u8 reserved1[3];
+	__u8 vni[3];
+	__u8 reserved2;
 };
 
 #endif

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
- * xdp_l2redirect: the device-under-test mode "xdp-redirect", the ceiling of
- * a veth forwarding path. Every IPv4 frame gets the next hop's MACs
- * (new_dst, new_src) and is redirected with bpf_redirect to out_ifindex;
- * everything else is passed to the kernel. Like examples/l2fwd it forwards
- * at layer 2: no TTL decrement, no route lookup.
+ * xdp_l2redirect: the device-under-test modes "xdp-redirect" and
+ * "xdp-tx-1arm", the ceiling of a veth forwarding path. Every IPv4 frame
+ * gets the next hop's MACs (new_dst, new_src) and is redirected with
+ * bpf_redirect to out_ifindex, or, when out_ifindex is 0, sent back out
+ * of the interface it came in on (XDP_TX: the one-armed path); everything
+ * else is passed to the kernel. Like examples/l2fwd it forwards at layer
+ * 2: no TTL decrement, no route lookup.
  *
  * A frame redirected into a veth is accepted only when the veth's peer (the
  * receiving end) has NAPI enabled: an XDP program attached there, or GRO
@@ -21,7 +23,7 @@ volatile const __u8 new_dst[ETH_ALEN];
 volatile const __u8 new_src[ETH_ALEN];
 
 struct redirect_counters {
-	__u64 redirected; /* frames handed to bpf_redirect */
+	__u64 redirected; /* frames handed to bpf_redirect (or XDP_TX) */
 	__u64 passed;     /* non-IPv4 frames passed to the kernel */
 };
 
@@ -52,6 +54,8 @@ int xdp_l2redirect(struct xdp_md *ctx)
 		eth->src[i] = new_src[i];
 	}
 	c->redirected++;
+	if (out_ifindex == 0)
+		return XDP_TX;
 	return bpf_redirect(out_ifindex, 0);
 }
 
