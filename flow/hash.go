@@ -119,20 +119,18 @@ func (m *TupleMode) UnmarshalText(b []byte) error {
 
 // Hasher computes the xdplb-hash-v2 flow hash (see HashVersion) with a
 // seed. The seed is configuration and must be identical on every Mux of a
-// fleet. A Hasher is a value (72 bytes: the seed and its keys): copy it
-// freely; it is safe for concurrent use and its methods do not allocate.
-// The zero Hasher is NewHasher(0).
+// fleet. A Hasher is a small value (the seed and a pointer to its keys,
+// which never change): copy it freely; it is safe for concurrent use and
+// its methods do not allocate. The zero Hasher is NewHasher(0).
 type Hasher struct {
 	seed uint64
-	keys bool // k is set (NewHasher); false in the zero Hasher
-	k    [8]uint64
+	k    *[8]uint64 // nil in the zero Hasher: the keys of seed 0
 }
 
 // NewHasher returns a Hasher with the given seed.
 func NewHasher(seed uint64) Hasher {
-	h := Hasher{seed: seed, keys: true}
-	h.k = hashKeys(seed)
-	return h
+	k := hashKeys(seed)
+	return Hasher{seed: seed, k: &k}
 }
 
 // hashKeys returns the eight keys of a seed: SplitMix64's first outputs.
@@ -217,9 +215,9 @@ func mum(a, b uint64) uint64 {
 // sum is xdplb-hash-v2 over the 42-byte canonical layout built from its
 // arguments, computed without materialising the bytes: w4 is the
 // little-endian reading of the big-endian ports and VNI.
-func (h *Hasher) sum(src, dst *[16]byte, sp, dp uint16, vni uint32, proto, family uint8) uint64 {
-	k := &h.k
-	if !h.keys {
+func (h Hasher) sum(src, dst *[16]byte, sp, dp uint16, vni uint32, proto, family uint8) uint64 {
+	k := h.k
+	if k == nil {
 		k = &zeroSeedKeys
 	}
 	le := binary.LittleEndian
