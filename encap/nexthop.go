@@ -110,7 +110,7 @@ func (c NextHopConfig) Validate() error {
 // a non-IP frame is dropped with unsupported.
 //
 // Answers are cached per worker (engine.PerWorker, keyed by Batch.Worker)
-// in a small direct-mapped table when the resolver is a VersionedResolver
+// in a direct-mapped table of 1024 destinations (40 KiB) when the resolver is a VersionedResolver
 // (*nexthop.Resolver is): the cache is emptied when the resolver's version
 // changes, and every hopCacheRefresh batches so that destinations in use
 // are looked up now and then (the resolver forgets idle ones). With any
@@ -137,7 +137,7 @@ type VersionedResolver interface {
 }
 
 const (
-	hopCacheBits = 6
+	hopCacheBits = 10
 	hopCacheSize = 1 << hopCacheBits
 	// hopCacheRefresh is how many batches a cached answer lives at most.
 	hopCacheRefresh = 1024
