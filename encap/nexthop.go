@@ -110,11 +110,12 @@ func (c NextHopConfig) Validate() error {
 // a non-IP frame is dropped with unsupported.
 //
 // Answers are cached per worker (engine.PerWorker, keyed by Batch.Worker)
-// in a direct-mapped table of 1024 destinations (40 KiB) when the resolver is a VersionedResolver
-// (*nexthop.Resolver is): the cache is emptied when the resolver's version
-// changes, and every hopCacheRefresh batches so that destinations in use
-// are looked up now and then (the resolver forgets idle ones). With any
-// other Resolver the cache lives for one batch. A miss is remembered for
+// in a direct-mapped table of 1024 destinations (40 KiB). With a
+// VersionedResolver (*nexthop.Resolver is one) the cache is emptied — by
+// moving to a new generation, not by clearing it — when the resolver's
+// version changes, and every hopCacheRefresh batches so that destinations
+// in use are looked up now and then (the resolver forgets idle ones); with
+// any other Resolver, every batch. A miss is remembered for
 // the rest of the batch only, so a destination that becomes resolvable is
 // used from the next batch on.
 //
@@ -147,14 +148,16 @@ const (
 // destination.
 type hopCache struct {
 	version uint64 // the resolver's version the entries are from
-	batches uint32 // batches since the entries were emptied
+	batches uint32 // batches since gen last changed
+	gen     uint32 // entries of this generation are valid; a new one empties the cache
 	e       [hopCacheSize]hopEntry
 }
 
-// hopEntry is a cached answer: a destination (two words and its family,
-// 0 for an empty entry) and what to write for it.
+// hopEntry is a cached answer: a destination (two words and its family)
+// and what to write for it, valid in the cache's generation gen.
 type hopEntry struct {
 	a0, a1 uint64
+	gen    uint32
 	family uint8
 	out    uint16
 	src    header.MAC
@@ -193,25 +196,34 @@ func (s *NextHop) Config() NextHopConfig { return s.cfg }
 
 // Process implements engine.Stage.
 func (s *NextHop) Process(b *engine.Batch) {
-	var c *hopCache
-	if s.vr != nil {
-		c = s.caches.Get(b.Worker)
-	}
+	c := s.caches.Get(b.Worker)
 	if c == nil {
-		// No cache across batches: one for this batch, on the stack.
-		var local hopCache
-		s.process(b, &local)
+		// A worker index past engine.MaxWorkers: remember the last
+		// answer only.
+		var last [1]hopEntry
+		s.process(b, last[:], 1)
 		return
 	}
 	c.batches++
-	if v := s.vr.Version(); v != c.version || c.batches >= hopCacheRefresh {
-		clear(c.e[:])
+	if s.vr == nil {
+		c.gen++ // answers live for this batch only
+	} else if v := s.vr.Version(); v != c.version || c.batches >= hopCacheRefresh {
+		c.gen++
 		c.version, c.batches = v, 0
 	}
-	s.process(b, c)
+	if c.gen == 0 {
+		// The generation wrapped (after 2^32 batches): forget everything
+		// once, so that no entry of an old generation 1.. matches.
+		clear(c.e[:])
+		c.gen = 1
+	}
+	s.process(b, c.e[:], c.gen)
 }
 
-func (s *NextHop) process(b *engine.Batch, c *hopCache) {
+// process addresses b's packets through the direct-mapped cache e (a power
+// of two in length), whose entries of generation gen are valid.
+func (s *NextHop) process(b *engine.Batch, e []hopEntry, gen uint32) {
+	mask := uint64(len(e) - 1)
 	// The last miss of this batch, so that a burst to an unresolved
 	// destination costs one lookup.
 	var (
@@ -225,22 +237,22 @@ func (s *NextHop) process(b *engine.Batch, c *hopCache) {
 			b.Drop(p, engine.DropUnsupported)
 			continue
 		}
-		e := &c.e[hopIndex(a0, a1, family)]
-		if e.family != family || e.a0 != a0 || e.a1 != a1 {
+		h := &e[hopIndex(a0, a1, family)&mask]
+		if h.gen != gen || h.family != family || h.a0 != a0 || h.a1 != a1 {
 			if missReason != 0 && missFamily == family && missA0 == a0 && missA1 == a1 {
 				s.miss(b, p, missReason)
 				continue
 			}
-			if r := s.fill(e, a0, a1, family); r != 0 {
+			if r := s.fill(h, a0, a1, family, gen); r != 0 {
 				missA0, missA1, missFamily, missReason = a0, a1, family, r
 				s.miss(b, p, r)
 				continue
 			}
 		}
 		eth := header.Ethernet(p.Data())
-		eth.SetDst(e.dst)
-		eth.SetSrc(e.src)
-		p.OutPort = e.out
+		eth.SetDst(h.dst)
+		eth.SetSrc(h.src)
+		p.OutPort = h.out
 	}
 }
 
@@ -256,7 +268,7 @@ func (s *NextHop) miss(b *engine.Batch, p *engine.Packet, r engine.DropReason) {
 
 // fill asks the resolver for a destination and caches the answer in e, or
 // returns why the packet cannot be sent (e is then left as it was).
-func (s *NextHop) fill(e *hopEntry, a0, a1 uint64, family uint8) engine.DropReason {
+func (s *NextHop) fill(e *hopEntry, a0, a1 uint64, family uint8, gen uint32) engine.DropReason {
 	var a netip.Addr
 	if family == 4 {
 		a = netip.AddrFrom4([4]byte{byte(a1), byte(a1 >> 8), byte(a1 >> 16), byte(a1 >> 24)})
@@ -274,7 +286,7 @@ func (s *NextHop) fill(e *hopEntry, a0, a1 uint64, family uint8) engine.DropReas
 	if !ok {
 		return engine.DropNoOutPort
 	}
-	*e = hopEntry{a0: a0, a1: a1, family: family, out: o, src: h.SrcMAC, dst: h.DstMAC}
+	*e = hopEntry{a0: a0, a1: a1, family: family, gen: gen, out: o, src: h.SrcMAC, dst: h.DstMAC}
 	return 0
 }
 

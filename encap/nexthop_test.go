@@ -230,6 +230,13 @@ func TestNextHopWorkerCache(t *testing.T) {
 	ps = batch(0, u)
 	require.Equal(t, "", reason(ps[0]), "resolved since the last batch")
 
+	// A worker index past engine.MaxWorkers has no cache: the last answer
+	// only, within its batch.
+	before = res.calls
+	ps = batch(engine.MaxWorkers+3, a, a, b, a)
+	require.Equal(t, before+3, res.calls, "a, b, a")
+	require.Equal(t, header.MAC(hopMAC), header.Ethernet(ps[3].Data()).Dst())
+
 	// The refresh period: entries are looked up again after it.
 	batch(0, a)
 	before = res.calls
