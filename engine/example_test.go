@@ -70,3 +70,33 @@ func Example() {
 	// sent to 02:00:00:00:00:01 from 02:00:00:00:00:02
 	// rx 3 tx 1 drops map[example_port_9:1 truncated:1]
 }
+
+// hopCounter is one stage shared by every worker of an engine; each worker
+// counts in its own slot, with no locks and no shared cache line.
+type hopCounter struct {
+	perWorker engine.PerWorker[int]
+}
+
+func (s *hopCounter) Process(b *engine.Batch) {
+	if n := s.perWorker.Get(b.Worker); n != nil {
+		*n += b.Len()
+	}
+}
+
+func ExamplePerWorker() {
+	st := &hopCounter{}
+	var b engine.Batch
+	pkts := make([]engine.Packet, 3)
+	for i := range pkts {
+		b.Append(&pkts[i])
+	}
+	b.Worker = 2 // what the worker with ID 2 sets on its batches
+	st.Process(&b)
+	st.Process(&b)
+	st.perWorker.Range(func(w int, n *int) bool {
+		fmt.Println("worker", w, "counted", *n)
+		return true
+	})
+	// Output:
+	// worker 2 counted 6
+}

@@ -76,3 +76,36 @@ func ExampleConnTable_Age() {
 	fmt.Println("removed", removed, "left", ct.Len())
 	// Output: removed 25 left 75
 }
+
+// A stage that looks up a whole batch prepares every query first, so that
+// the cache misses of the batch's buckets overlap, then finishes them; a
+// miss is inserted from the same query without hashing the key again.
+func ExampleConnTable_Prepare() {
+	ct, err := flow.NewConnTable(flow.ConnTableConfig{Capacity: 1 << 16})
+	if err != nil {
+		panic(err)
+	}
+	var keys [4]flow.Key
+	for i := range keys {
+		keys[i] = flow.KeyFrom(100, flow.ProtoUDP,
+			netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 0, byte(i)}), 5000), netip.MustParseAddrPort("198.19.0.1:53"))
+	}
+	ct.Insert(&keys[2], 9, flow.ClassUDP, 0) // seen before
+
+	var qs [len(keys)]flow.ConnQuery // per worker, reused batch after batch
+	for i := range keys {
+		ct.Prepare(&qs[i], &keys[i]) // pass 1: pack, hash, touch the buckets
+	}
+	for i := range keys { // pass 2
+		if backend, _, ok := ct.LookupPrepared(&qs[i], 1); ok {
+			fmt.Println(i, "hit", backend)
+			continue
+		}
+		fmt.Println(i, "miss:", ct.InsertPrepared(&qs[i], uint32(i+1), flow.ClassUDP, 1))
+	}
+	// Output:
+	// 0 miss: new
+	// 1 miss: new
+	// 2 hit 9
+	// 3 miss: new
+}
