@@ -26,7 +26,6 @@ import (
 
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
-	"github.com/xdplb/xdplb/header"
 )
 
 // Drop reasons of the stage.
@@ -180,11 +179,11 @@ func (s *Stage) place(snap *flow.Snapshot, p *engine.Packet, q *flow.ConnQuery, 
 		return 0
 	}
 
-	class := classOf(p)
+	class := p.StateClass()
 	if id, cur, ok := ct.LookupPrepared(q, now); ok {
 		if br, idx, found := snap.Backend(id); found && br == r && r.Backends[idx].State != flow.BackendDown {
 			p.Backend = int32(idx)
-			if next := advance(cur, class); next != cur {
+			if next := cur.Advance(class); next != cur {
 				ct.SetClassPrepared(q, next, now)
 			}
 			return 0
@@ -210,37 +209,4 @@ func (s *Stage) place(snap *flow.Snapshot, p *engine.Packet, q *flow.ConnQuery, 
 		}
 	}
 	return 0
-}
-
-// classOf returns the state class a packet suggests for its flow: for TCP,
-// untrusted for a SYN without ACK, closing for FIN or RST, established
-// otherwise; non-TCP flows are ClassUDP.
-func classOf(p *engine.Packet) flow.StateClass {
-	if p.L4Proto != flow.ProtoTCP || p.Flags&engine.FlagL4 == 0 {
-		return flow.ClassUDP
-	}
-	f := header.TCP(p.L4()).Flags()
-	switch {
-	case f&(header.TCPFlagFin|header.TCPFlagRst) != 0:
-		return flow.ClassClosing
-	case f&header.TCPFlagSyn != 0 && f&header.TCPFlagAck == 0:
-		return flow.ClassUntrusted
-	}
-	return flow.ClassEstablished
-}
-
-// advance returns the class a flow moves to when a packet of class seen
-// arrives: untrusted flows are promoted by any non-SYN packet, anything
-// moves to closing on FIN/RST, and closing is final (a new SYN after close
-// is a new connection on the same tuple and starts untrusted).
-func advance(cur, seen flow.StateClass) flow.StateClass {
-	switch {
-	case seen == flow.ClassClosing:
-		return flow.ClassClosing
-	case cur == flow.ClassClosing && seen == flow.ClassUntrusted:
-		return flow.ClassUntrusted
-	case cur == flow.ClassUntrusted && seen == flow.ClassEstablished:
-		return flow.ClassEstablished
-	}
-	return cur
 }

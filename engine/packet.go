@@ -2,6 +2,7 @@ package engine
 
 import (
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/header"
 )
 
 // MaxBatch is the largest number of packets in a Batch.
@@ -147,3 +148,21 @@ func (p *Packet) L3() []byte { return p.Data()[p.L3Off:] }
 
 // L4 returns the frame from the L4 header on (valid when Flags has FlagL4).
 func (p *Packet) L4() []byte { return p.Data()[p.L4Off:] }
+
+// StateClass returns the connection-table class p suggests for its flow:
+// for TCP, untrusted for a SYN without ACK, closing for FIN or RST,
+// established otherwise; any other protocol (or a packet without a parsed
+// L4 header) is flow.ClassUDP. See flow.StateClass.Advance.
+func (p *Packet) StateClass() flow.StateClass {
+	if p.L4Proto != flow.ProtoTCP || p.Flags&FlagL4 == 0 {
+		return flow.ClassUDP
+	}
+	f := header.TCP(p.L4()).Flags()
+	switch {
+	case f&(header.TCPFlagFin|header.TCPFlagRst) != 0:
+		return flow.ClassClosing
+	case f&header.TCPFlagSyn != 0 && f&header.TCPFlagAck == 0:
+		return flow.ClassUntrusted
+	}
+	return flow.ClassEstablished
+}

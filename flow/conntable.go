@@ -48,6 +48,24 @@ func (c StateClass) String() string {
 	return "class(" + itoa(uint64(c)) + ")"
 }
 
+// Advance returns the class a flow of class c moves to when a packet
+// suggesting class seen arrives (engine.Packet.StateClass): untrusted is
+// promoted by any non-SYN packet; anything moves to closing on FIN or RST;
+// closing is final except that a new SYN (the client reusing the tuple
+// after close) starts over as untrusted. A SYN never demotes an
+// established flow, so a spoofed SYN cannot make it evictable.
+func (c StateClass) Advance(seen StateClass) StateClass {
+	switch {
+	case seen == ClassClosing:
+		return ClassClosing
+	case c == ClassClosing && seen == ClassUntrusted:
+		return ClassUntrusted
+	case c == ClassUntrusted && seen == ClassEstablished:
+		return ClassEstablished
+	}
+	return c
+}
+
 // Tick is a ConnTable timestamp: milliseconds since the table's epoch (its
 // construction), in 32 bits. The data path reads the clock once per batch
 // (ConnTable.Now) and passes the tick to every call; tests pass synthetic

@@ -833,3 +833,17 @@ func TestConnTablePrepared(t *testing.T) {
 	require.False(t, ok)
 	require.False(t, ct.SetClassPrepared(&q, ClassUDP, 1))
 }
+
+// TestStateClassAdvance: every (current, seen) pair.
+func TestStateClassAdvance(t *testing.T) {
+	U, E, C, D := ClassUntrusted, ClassEstablished, ClassClosing, ClassUDP
+	tests := []struct{ cur, seen, want StateClass }{
+		{U, U, U}, {U, E, E}, {U, C, C},
+		{E, U, E}, {E, E, E}, {E, C, C}, // a SYN never demotes
+		{C, U, U}, {C, E, C}, {C, C, C}, // a new SYN after close starts over
+		{D, D, D},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, tt.cur.Advance(tt.seen), "%v + %v", tt.cur, tt.seen)
+	}
+}

@@ -108,7 +108,7 @@ func (t *Translator) inbound(v *view, p *engine.Packet, q *flow.ConnQuery, pt *p
 	ret.VNI, ret.Proto, ret.Family = k.VNI, k.Proto, k.Family
 	k.Dst, k.DstPort = lb.addr, dport
 	p.Rule, p.Backend = r, lb.idx
-	pt.lb, pt.vport, pt.seen = lb, vport, classOf(p)
+	pt.lb, pt.vport, pt.seen = lb, vport, p.StateClass()
 	t.table.conns.Prepare(q, ret)
 	c[cInbound]++
 	return 0, true
@@ -120,7 +120,7 @@ func (t *Translator) track(q *flow.ConnQuery, pt *pendingTrack, now flow.Tick, c
 	conns := t.table.conns
 	ret, lb, vport, seen := &pt.ret, pt.lb, pt.vport, pt.seen
 	if id, cur, ok := conns.LookupPrepared(q, now); ok && id == lb.id {
-		next := advance(cur, seen)
+		next := cur.Advance(seen)
 		if next != cur {
 			conns.SetClassPrepared(q, next, now)
 		}
@@ -192,39 +192,4 @@ func rewrite(p *engine.Packet, side header.Side, addr *[16]byte, port uint16) bo
 		return header.RewriteIPv6(ip, header.IPv6Size, p.L4Proto, side, *addr, port) == nil
 	}
 	return header.RewriteIPv6Packet(ip, side, *addr, port) == nil
-}
-
-// classOf returns the state class a packet suggests for its connection:
-// for TCP, untrusted for a SYN without ACK, closing for FIN or RST,
-// established otherwise; every other protocol is ClassUDP.
-func classOf(p *engine.Packet) flow.StateClass {
-	if p.L4Proto != flow.ProtoTCP || p.Flags&engine.FlagL4 == 0 {
-		return flow.ClassUDP
-	}
-	f := header.TCP(p.L4()).Flags()
-	switch {
-	case f&(header.TCPFlagFin|header.TCPFlagRst) != 0:
-		return flow.ClassClosing
-	case f&header.TCPFlagSyn != 0 && f&header.TCPFlagAck == 0:
-		return flow.ClassUntrusted
-	}
-	return flow.ClassEstablished
-}
-
-// advance returns the class a connection moves to when a client packet of
-// class seen arrives: untrusted is promoted by any non-SYN packet; anything
-// moves to closing on FIN or RST; closing is final except that a new SYN
-// (the client reusing the tuple after close) starts over as untrusted. A
-// SYN never demotes an established connection (a spoofed SYN must not make
-// it evictable).
-func advance(cur, seen flow.StateClass) flow.StateClass {
-	switch {
-	case seen == flow.ClassClosing:
-		return flow.ClassClosing
-	case cur == flow.ClassClosing && seen == flow.ClassUntrusted:
-		return flow.ClassUntrusted
-	case cur == flow.ClassUntrusted && seen == flow.ClassEstablished:
-		return flow.ClassEstablished
-	}
-	return cur
 }

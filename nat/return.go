@@ -119,7 +119,7 @@ func (t *Translator) replyPlain(v *view, p *engine.Packet, q *flow.ConnQuery, no
 	)
 	if id, cur, ok := t.table.conns.LookupPrepared(q, now); ok {
 		if vip, vport, ok = t.fromState(v, p, id, now); ok {
-			if cur != flow.ClassClosing && classOf(p) == flow.ClassClosing {
+			if cur != flow.ClassClosing && p.StateClass() == flow.ClassClosing {
 				t.table.conns.SetClassPrepared(q, flow.ClassClosing, now)
 				t.table.ports.SetClass(k, flow.ClassClosing, now) // if it has a side entry
 			}
@@ -130,7 +130,7 @@ func (t *Translator) replyPlain(v *view, p *engine.Packet, q *flow.ConnQuery, no
 		}
 	}
 	if vip == nil {
-		if classOf(p) == flow.ClassUntrusted {
+		if p.StateClass() == flow.ClassUntrusted {
 			// A SYN without ACK opens a connection (the VM's own,
 			// outbound): it is never a reply, whatever its source.
 			return DropNoState
