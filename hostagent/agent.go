@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"time"
 
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/encap"
@@ -17,6 +16,7 @@ import (
 	"github.com/xdplb/xdplb/engine/nexthop"
 	"github.com/xdplb/xdplb/engine/steer"
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/internal/node"
 	"github.com/xdplb/xdplb/nat"
 )
 
@@ -297,26 +297,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer resolver.Close()
 
-	sideCtx, stopSide := context.WithCancel(context.Background())
-	var side sync.WaitGroup
-	defer func() {
-		stopSide()
-		side.Wait()
-	}()
-	goSide := func(name string, fn func(context.Context) error) {
-		side.Add(1)
-		go func() {
-			defer side.Done()
-			if err := fn(sideCtx); err != nil && !errors.Is(err, context.Canceled) {
-				a.log.Error("hostagent: "+name+" stopped", "err", err)
-			}
-		}()
-	}
-	goSide("next-hop resolver", resolver.Run)
-	goSide("NAT table ager", a.age)
+	side := node.NewSide(a.log, "hostagent")
+	defer side.Stop()
+	side.Go("next-hop resolver", resolver.Run)
+	side.Go("NAT table ager", func(ctx context.Context) error {
+		return node.Sweep(ctx, a.table.Conns().Cap(), func(budget int) { a.table.Age(a.table.Now(), budget) })
+	})
 
 	watchErr := make(chan error, 1)
-	goSide("config watcher", func(c context.Context) error {
+	side.Go("config watcher", func(c context.Context) error {
 		err := a.watcher.Run(c, func(doc *control.Document) error { return a.apply(doc) })
 		watchErr <- err
 		return err
@@ -399,18 +388,3 @@ func (a *Agent) stop(dp *dataPath, rebuild bool) map[string]*steer.Program {
 	return dp.close(rebuild)
 }
 
-// age sweeps the NAT table: the whole table about every 10 s.
-func (a *Agent) age(ctx context.Context) error {
-	const every = 100 * time.Millisecond
-	budget := a.table.Conns().Cap()/100 + 1
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			a.table.Age(a.table.Now(), budget)
-		}
-	}
-}

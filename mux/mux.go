@@ -34,6 +34,7 @@ import (
 	"github.com/xdplb/xdplb/engine/steer"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/health"
+	"github.com/xdplb/xdplb/internal/node"
 )
 
 // Config is the Mux's process configuration; everything else comes from
@@ -167,26 +168,18 @@ func (m *Mux) Run(ctx context.Context) error {
 	m.mu.Unlock()
 
 	// Side goroutines live until the data path has stopped.
-	sideCtx, stopSide := context.WithCancel(context.Background())
-	defer stopSide()
-	var side sync.WaitGroup
-	goSide := func(name string, fn func(context.Context) error) {
-		side.Add(1)
-		go func() {
-			defer side.Done()
-			if err := fn(sideCtx); err != nil && !errors.Is(err, context.Canceled) {
-				m.log.Error("mux: "+name+" stopped", "err", err)
-			}
-		}()
-	}
-	goSide("next-hop resolver", resolver.Run)
-	goSide("health checker", m.checker.Run)
-	goSide("connection ager", m.age)
+	side := node.NewSide(m.log, "mux")
+	defer side.Stop()
+	side.Go("next-hop resolver", resolver.Run)
+	side.Go("health checker", m.checker.Run)
+	side.Go("connection ager", func(ctx context.Context) error {
+		return node.Sweep(ctx, m.conns.Cap(), func(budget int) { m.conns.Age(m.conns.Now(), budget) })
+	})
 
 	// The first document: Run of the watcher applies it and every newer
 	// one; wait for the first before opening the data path.
 	watchErr := make(chan error, 1)
-	goSide("config watcher", func(c context.Context) error {
+	side.Go("config watcher", func(c context.Context) error {
 		err := m.watcher.Run(c, func(doc *control.Document) error { return m.apply(c, doc) })
 		watchErr <- err
 		return err
@@ -227,8 +220,7 @@ func (m *Mux) Run(ctx context.Context) error {
 		runErr = err
 	}
 	_ = prog.Detach()
-	stopSide()
-	side.Wait()
+	side.Stop()
 	return runErr
 }
 
@@ -454,21 +446,6 @@ func (m *Mux) closePorts() {
 	}
 }
 
-// age sweeps the connection table: the whole table about every 10 s.
-func (m *Mux) age(ctx context.Context) error {
-	const every = 100 * time.Millisecond
-	budget := m.conns.Cap()/100 + 1
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			m.conns.Age(m.conns.Now(), budget)
-		}
-	}
-}
 
 // Stats returns the data path's counters (zero before it runs).
 func (m *Mux) Stats() engine.Stats {

@@ -15,26 +15,20 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/engine/afxdp"
 	"github.com/xdplb/xdplb/engine/steer"
 	"github.com/xdplb/xdplb/hostagent"
+	"github.com/xdplb/xdplb/internal/node"
 )
 
 func main() {
@@ -112,25 +106,8 @@ func run(cfg hostagent.Config, metricsAddr string, log *slog.Logger) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	go func() {
-		for range hup {
-			log.Info("hostagent: SIGHUP: reloading the document")
-			a.Reload()
-		}
-	}()
-	if metricsAddr != "" {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(a.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		srv := &http.Server{Addr: metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("hostagent: metrics endpoint", "err", err)
-			}
-		}()
-		defer srv.Close()
-	}
+	node.ReloadOnHUP(log, "hostagent", a.Reload)
+	defer node.ServeMetrics(log, "hostagent", metricsAddr, a.Collector())()
 	err = a.Run(ctx)
 	s, n := a.Stats(), a.NATStats()
 	log.Info("hostagent: stopped", "rx", s.RX, "tx", s.TX, "inbound", n.Inbound,

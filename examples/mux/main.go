@@ -13,24 +13,18 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/engine/afxdp"
 	"github.com/xdplb/xdplb/engine/steer"
+	"github.com/xdplb/xdplb/internal/node"
 	"github.com/xdplb/xdplb/mux"
 )
 
@@ -96,26 +90,8 @@ func run(cfg mux.Config, metricsAddr string, log *slog.Logger) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	go func() {
-		for range hup {
-			log.Info("mux: SIGHUP: reloading the document")
-			m.Reload()
-		}
-	}()
-
-	if metricsAddr != "" {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(m.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		srv := &http.Server{Addr: metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("mux: metrics endpoint", "err", err)
-			}
-		}()
-		defer srv.Close()
-	}
+	node.ReloadOnHUP(log, "mux", m.Reload)
+	defer node.ServeMetrics(log, "mux", metricsAddr, m.Collector())()
 	err = m.Run(ctx)
 	s := m.Stats()
 	log.Info("mux: stopped", "rx", s.RX, "tx", s.TX, "drops", s.DropsByName())
