@@ -1,8 +1,6 @@
 package nat
 
 import (
-	"math/bits"
-
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/header"
@@ -35,58 +33,44 @@ import (
 // documentation.
 type Inbound struct{ t *Translator }
 
-// Process implements engine.Stage. It works in two passes: the first
-// translates every packet and prepares the lookup of its connection
-// (flow.ConnTable.Prepare, so the table's cache misses of the whole batch
-// overlap); the second records the connections.
+// Process implements engine.Stage.
 func (s *Inbound) Process(b *engine.Batch) {
 	t := s.t
 	v := t.current()
 	now := t.clock()
-	sc := t.scratchFor(b.Worker)
 	var c counts
-	var pending uint64 // packets whose connection pass 2 records
-	for i, p := range b.Packets() {
-		r, tracked := t.inbound(v, p, &sc.q[i], &sc.track[i], &c)
-		if r != 0 {
+	for _, p := range b.Packets() {
+		if r := t.inbound(v, p, now, &c); r != 0 {
 			b.Drop(p, r)
-		} else if tracked {
-			pending |= 1 << uint(i)
 		}
-	}
-	for ; pending != 0; pending &= pending - 1 {
-		i := bits.TrailingZeros64(pending)
-		t.track(&sc.q[i], &sc.track[i], now, &c)
 	}
 	t.flush(b.Worker, &c)
 }
 
-// inbound translates p; for a connection to record it prepares q and fills
-// pt and reports tracked.
-func (t *Translator) inbound(v *view, p *engine.Packet, q *flow.ConnQuery, pt *pendingTrack, c *counts) (_ engine.DropReason, tracked bool) {
+func (t *Translator) inbound(v *view, p *engine.Packet, now flow.Tick, c *counts) engine.DropReason {
 	k := &p.Key
 	if p.Flags&(engine.FlagIPv4|engine.FlagIPv6) == 0 || !k.IsValid() {
-		return engine.DropUnsupported, false
+		return engine.DropUnsupported
 	}
 	if p.L4Proto == flow.ProtoICMP || p.L4Proto == flow.ProtoICMPv6 {
 		if isICMPError(p) {
 			// From a router, about the connection to the quoted client.
-			return t.inboundICMPError(v, p, c), false
+			return t.inboundICMPError(v, p, c)
 		}
 	}
 	if t.infra.contains(k.Family, &k.Src) {
-		return DropInfra, false
+		return DropInfra
 	}
 	if p.Flags&engine.FlagNonFirstFrag != 0 {
-		return t.inboundFragment(v, p, c), false
+		return t.inboundFragment(v, p, c)
 	}
 	r := v.snap.Lookup(k)
 	if r == nil {
-		return DropNoRule, false
+		return DropNoRule
 	}
 	lb := v.rules[r.ID].pick(macWord(p.Data()))
 	if lb == nil {
-		return DropNoLocalBackend, false
+		return DropNoLocalBackend
 	}
 	vport := k.DstPort
 	dport := lb.port
@@ -97,32 +81,32 @@ func (t *Translator) inbound(v *view, p *engine.Packet, q *flow.ConnQuery, pt *p
 		p.Hash = t.hasher.SymmetricHash(k) // client → VIP, before translation
 	}
 	if !rewrite(p, header.SideDst, &lb.addr, dport) {
-		return engine.DropUnsupported, false
+		return engine.DropUnsupported
 	}
 	// The return key, (VNI, proto, DIP:dport → client:cport), built in
 	// place rather than by copying the key around with Reverse.
-	ret := &pt.ret
-	*ret = flow.Key{}
+	var ret flow.Key
 	ret.Src, ret.Dst = lb.addr, k.Src
 	ret.SrcPort, ret.DstPort = dport, k.SrcPort
 	ret.VNI, ret.Proto, ret.Family = k.VNI, k.Proto, k.Family
 	k.Dst, k.DstPort = lb.addr, dport
 	p.Rule, p.Backend = r, lb.idx
-	pt.lb, pt.vport, pt.seen = lb, vport, p.StateClass()
-	t.table.conns.Prepare(q, ret)
+	t.track(&ret, lb, vport, p.StateClass(), now, c)
 	c[cInbound]++
-	return 0, true
+	return 0
 }
 
-// track records or refreshes the connection pt (prepared as q), given the
-// class the client's packet suggests.
-func (t *Translator) track(q *flow.ConnQuery, pt *pendingTrack, now flow.Tick, c *counts) {
+// track records or refreshes the connection whose return key is ret, given
+// the class the client's packet suggests. The key is hashed once, for the
+// lookup and the insert or class change that may follow.
+func (t *Translator) track(ret *flow.Key, lb *localBackend, vport uint16, seen flow.StateClass, now flow.Tick, c *counts) {
 	conns := t.table.conns
-	ret, lb, vport, seen := &pt.ret, pt.lb, pt.vport, pt.seen
-	if id, cur, ok := conns.LookupPrepared(q, now); ok && id == lb.id {
+	var q flow.ConnQuery
+	conns.Prepare(&q, ret)
+	if id, cur, ok := conns.LookupPrepared(&q, now); ok && id == lb.id {
 		next := cur.Advance(seen)
 		if next != cur {
-			conns.SetClassPrepared(q, next, now)
+			conns.SetClassPrepared(&q, next, now)
 		}
 		if lb.needPort {
 			// Keep the side entry as fresh as the main one, and right.
@@ -140,7 +124,7 @@ func (t *Translator) track(q *flow.ConnQuery, pt *pendingTrack, now flow.Tick, c
 		// fill the table with long-lived entries (as the Mux does).
 		class = flow.ClassUntrusted
 	}
-	if res := conns.InsertPrepared(q, lb.id, class, now); !res.Stored() {
+	if res := conns.InsertPrepared(&q, lb.id, class, now); !res.Stored() {
 		c[cRefused]++
 		return
 	}

@@ -94,24 +94,15 @@ type Translator struct {
 
 	stripes []statStripe
 
-	// Per-worker scratch of the two-pass stages: a batch's prepared
-	// connection-table queries.
+	// Per-worker scratch of the Return stage's two passes: a batch's
+	// prepared connection-table queries.
 	scratch engine.PerWorker[batchScratch]
 }
 
-// batchScratch holds what a stage's first pass leaves for its second, per
-// packet of a batch.
+// batchScratch holds the Return stage's prepared queries, one per packet
+// of a batch.
 type batchScratch struct {
-	q     [engine.MaxBatch]flow.ConnQuery
-	track [engine.MaxBatch]pendingTrack
-}
-
-// pendingTrack is an inbound packet's connection to record in pass 2.
-type pendingTrack struct {
-	ret   flow.Key // the return key (for the VIP-port side table)
-	lb    *localBackend
-	vport uint16
-	seen  flow.StateClass
+	q [engine.MaxBatch]flow.ConnQuery
 }
 
 // scratchFor returns worker w's scratch (a fresh one past
