@@ -86,7 +86,7 @@ func (s *Stage) Process(b *engine.Batch) {
 	}
 	qs := s.queries.Get(b.Worker)
 	if qs == nil {
-		qs = new([engine.MaxBatch]flow.ConnQuery) // a worker index past engine.MaxWorkers
+		qs = new([engine.MaxBatch]flow.ConnQuery) // a hand-made batch: no worker index
 	}
 	now := ct.Now()
 	// Pass 1: rule, hash and the prepared lookup of every packet; live

@@ -15,8 +15,9 @@ const MaxWorkers = 256
 //
 // Only the worker with index w may call Get(w): workers of one Engine have
 // distinct indices (engine.New checks), so stages shared by the workers of
-// one Engine are safe. Indices at or above MaxWorkers get nil, and the
-// stage must then work without per-worker state.
+// one Engine are safe. Workers' indices are below MaxWorkers (NewWorker
+// checks); Get returns nil for other indices — a batch a test or tool
+// made by hand — and the stage must then work without per-worker state.
 type PerWorker[T any] struct {
 	// New returns a worker's value; nil leaves it the zero T.
 	New   func() *T

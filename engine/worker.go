@@ -19,7 +19,7 @@ type Input struct {
 // WorkerConfig describes a worker: the ports it may transmit on (indexed by
 // Packet.OutPort) and the inputs it polls, in order.
 type WorkerConfig struct {
-	ID     int
+	ID     int // 0..MaxWorkers-1, distinct among an Engine's workers
 	Ports  []Port
 	Inputs []Input
 	// Clock returns monotonic nanoseconds; read once per batch. Default:
@@ -50,6 +50,10 @@ type Worker struct {
 
 // NewWorker checks cfg and returns a worker.
 func NewWorker(cfg WorkerConfig) (*Worker, error) {
+	if cfg.ID < 0 || cfg.ID >= MaxWorkers {
+		// Stages keep per-worker state by this index (PerWorker).
+		return nil, fmt.Errorf("engine: worker ID %d is outside 0..%d", cfg.ID, MaxWorkers-1)
+	}
 	if len(cfg.Ports) == 0 || len(cfg.Ports) > 1<<16 {
 		return nil, errors.New("engine: a worker needs between 1 and 65536 ports")
 	}

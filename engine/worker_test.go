@@ -193,6 +193,8 @@ func TestNewWorkerErrors(t *testing.T) {
 		{"bad input port", engine.WorkerConfig{Ports: []engine.Port{m}, Inputs: []engine.Input{{Port: 1, Pipeline: pl}}}},
 		{"nil pipeline", engine.WorkerConfig{Ports: []engine.Port{m}, Inputs: []engine.Input{{Port: 0}}}},
 		{"nil port", engine.WorkerConfig{Ports: []engine.Port{nil}, Inputs: []engine.Input{{Port: 0, Pipeline: pl}}}},
+		{"negative ID", engine.WorkerConfig{ID: -1, Ports: []engine.Port{m}, Inputs: []engine.Input{{Port: 0, Pipeline: pl}}}},
+		{"ID past MaxWorkers", engine.WorkerConfig{ID: engine.MaxWorkers, Ports: []engine.Port{m}, Inputs: []engine.Input{{Port: 0, Pipeline: pl}}}},
 	} {
 		_, err := engine.NewWorker(tc.cfg)
 		require.Error(t, err, tc.name)

@@ -105,8 +105,8 @@ type batchScratch struct {
 	q [engine.MaxBatch]flow.ConnQuery
 }
 
-// scratchFor returns worker w's scratch (a fresh one past
-// engine.MaxWorkers).
+// scratchFor returns worker w's scratch (a fresh one for a hand-made batch
+// whose index no worker has).
 func (t *Translator) scratchFor(w int) *batchScratch {
 	if s := t.scratch.Get(w); s != nil {
 		return s
