@@ -31,10 +31,6 @@ const (
 	nCounters
 )
 
-// refillMin is the smallest fill-ring top-up worth a producer store while
-// the fill ring is still at least half full.
-const refillMin = 16
-
 // maxKicks bounds the sendto calls one Flush makes while a copy-mode socket
 // keeps answering EAGAIN.
 const maxKicks = 4
@@ -409,7 +405,10 @@ func (p *Port) reap() {
 }
 
 // refill moves free chunks to the fill ring, keeping p.reserve chunks for
-// TX copies, in batches of at least refillMin unless the ring runs low.
+// TX copies. It tops the ring up on every call: the kernel drops a frame
+// that finds the fill ring empty, and it can take a whole window of frames
+// from the ring before the worker next runs, so a refill held back to save
+// one producer store per batch costs frames when the worker is descheduled.
 func (p *Port) refill() {
 	spare := len(p.free) - p.reserve
 	if spare <= 0 {
@@ -417,7 +416,7 @@ func (p *Port) refill() {
 	}
 	s := p.s
 	n := min(s.fill.freeSlots(uint32(spare)), uint32(spare))
-	if n == 0 || n < refillMin && p.inKernel >= int(s.fill.mask+1)/2 {
+	if n == 0 {
 		return
 	}
 	top := len(p.free)
