@@ -13,7 +13,8 @@ import (
 // Ports in the key: TCP and UDP ports; for ICMP and ICMPv6 and other
 // protocols both ports are 0. Fragments: a first fragment is parsed as
 // usual and flagged FlagFragment; a non-first fragment has no L4 header, is
-// flagged FlagNonFirstFrag and keyed with ports 0.
+// flagged FlagNonFirstFrag and keyed with ports 0. An IPv6 atomic fragment
+// (offset 0, M clear) is not a fragment.
 type Parse struct {
 	// VNI is stored in every key; 0 on an uplink before decapsulation.
 	VNI uint32
@@ -96,7 +97,11 @@ func parseIPv6(p *Packet, data []byte, l3 int, vni uint32) DropReason {
 		return DropBadIPv6
 	}
 	p.L4Proto = proto
-	if frag.Present {
+	// An atomic fragment (a Fragment header with offset 0 and M clear) is
+	// a whole datagram, processed as if it had no Fragment header (RFC
+	// 6946): not flagged, so it keys and places like its flow's other
+	// packets, and its UDP Length is checked.
+	if frag.IsFragment() {
 		p.Flags |= FlagFragment
 		if frag.NonFirst() {
 			p.Flags |= FlagNonFirstFrag
