@@ -498,8 +498,9 @@ func TestDropReasons(t *testing.T) {
 // non-first fragment, which has no ports, is translated by address when the
 // address mapping is unique, and dropped otherwise.
 //
-// First fragments are TCP here: engine.Parse refuses a first UDP fragment
-// (its UDP Length covers the whole datagram, longer than the fragment).
+// First fragments are TCP here. (engine.Parse accepts a first UDP fragment
+// too, checking only that the 8-byte UDP header is there: its Length
+// covers the whole datagram, longer than the fragment.)
 func TestFragments(t *testing.T) {
 	rules := []flow.Rule{
 		{Name: "web", VIP: flow.VIP{Addr: vipA, Proto: flow.ProtoTCP, Port: 80, VNI: vni}, Backends: []flow.Backend{
