@@ -3,9 +3,11 @@ GO ?= go
 
 .PHONY: test test-short bench generate lab vet
 
-# All tests of the library and of the benchmarks module, race detector on.
+# gofmt, vet and all tests of the library and of the benchmarks module,
+# race detector on.
 # Tests that need root skip (with a message) without it; CI runs as root.
 test:
+	@unformatted=$$("$$($(GO) env GOROOT)/bin/gofmt" -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 	cd benchmarks && $(GO) vet ./... && $(GO) test -race -count=1 ./...

@@ -387,4 +387,3 @@ func (a *Agent) stop(dp *dataPath, rebuild bool) map[string]*steer.Program {
 	}
 	return dp.close(rebuild)
 }
-

@@ -446,7 +446,6 @@ func (m *Mux) closePorts() {
 	}
 }
 
-
 // Stats returns the data path's counters (zero before it runs).
 func (m *Mux) Stats() engine.Stats {
 	m.mu.Lock()
