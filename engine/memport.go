@@ -36,6 +36,7 @@ type MemPort struct {
 	txFrames uint64
 	txBytes  uint64
 	rxFrames uint64
+	rxTooBig uint64
 
 	replay    [][]byte
 	replayPos int
@@ -101,7 +102,11 @@ func (m *MemPort) Receive(b *Batch, pool []Packet, inPort uint16) int {
 	for len(m.queue) > 0 && b.Cap() > 0 && len(m.free) > 0 && n < len(pool) {
 		f := m.queue[0]
 		if len(f) > m.cfg.FrameSize-m.cfg.Headroom {
-			m.queue = m.queue[1:] // cannot be received: a NIC would drop it
+			// Longer than a buffer: dropped and counted, as a NIC counts
+			// the frames it cannot receive.
+			m.queue[0] = nil
+			m.queue = m.queue[1:]
+			m.rxTooBig++
 			continue
 		}
 		m.queue[0] = nil
@@ -186,14 +191,17 @@ func (m *MemPort) Transmitted() [][]byte {
 // MemPortStats are a MemPort's totals.
 type MemPortStats struct {
 	RXFrames, TXFrames, TXBytes uint64
-	Queued                      int // frames injected and not yet received
+	// RXTooBig counts injected frames longer than a buffer (FrameSize less
+	// Headroom): dropped before the worker sees them.
+	RXTooBig uint64
+	Queued   int // frames injected and not yet received
 }
 
 // Stats returns the port's totals (replayed frames are not counted as RX).
 func (m *MemPort) Stats() MemPortStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return MemPortStats{RXFrames: m.rxFrames, TXFrames: m.txFrames, TXBytes: m.txBytes, Queued: len(m.queue)}
+	return MemPortStats{RXFrames: m.rxFrames, TXFrames: m.txFrames, TXBytes: m.txBytes, RXTooBig: m.rxTooBig, Queued: len(m.queue)}
 }
 
 // FreeFrames returns how many buffers are free; a test can check that no

@@ -293,3 +293,21 @@ func TestParseFirstUDPFragment(t *testing.T) {
 	p.SetBuffer(nil, 0, buf, 64, len(f), 0)
 	require.Equal(t, engine.DropBadL4, engine.ParsePacket(&p, 0))
 }
+
+// TestMemPortTooBig: a frame longer than a MemPort buffer never reaches
+// the worker; the port counts it, and the frames around it pass.
+func TestMemPortTooBig(t *testing.T) {
+	m, err := engine.NewMemPort(engine.MemPortConfig{FrameSize: 2048, Headroom: 256, Capture: true})
+	require.NoError(t, err)
+	w, err := engine.NewWorker(engine.WorkerConfig{Ports: []engine.Port{m},
+		Inputs: []engine.Input{{Port: 0, Pipeline: engine.NewPipeline()}}})
+	require.NoError(t, err)
+	fits, tooBig := make([]byte, 2048-256), make([]byte, 2048-256+1)
+	m.Inject(fits, tooBig, fits)
+	require.Equal(t, 2, w.Poll())
+	st := m.Stats()
+	require.EqualValues(t, 2, st.RXFrames)
+	require.EqualValues(t, 1, st.RXTooBig)
+	require.Zero(t, st.Queued)
+	require.Len(t, m.Transmitted(), 2)
+}
