@@ -15,6 +15,11 @@ import (
 // usual and flagged FlagFragment; a non-first fragment has no L4 header, is
 // flagged FlagNonFirstFrag and keyed with ports 0. An IPv6 atomic fragment
 // (offset 0, M clear) is not a fragment.
+//
+// Checksums are not verified (header lengths and versions are): stages
+// that rewrite a packet update its checksums incrementally (RFC 1624), so
+// a wrong checksum stays wrong and the receiver drops the packet, as it
+// would have without us.
 type Parse struct {
 	// VNI is stored in every key; 0 on an uplink before decapsulation.
 	VNI uint32
