@@ -11,8 +11,16 @@ import (
 	"github.com/xdplb/xdplb/header"
 )
 
-// DropICMPRate counts echo requests to a VIP refused by the rate limit.
-var DropICMPRate = engine.RegisterDropReason("icmp_rate_limited")
+// Drop reasons of the ICMP stage.
+var (
+	// DropICMPRate counts echo requests to a VIP refused by the rate limit.
+	DropICMPRate = engine.RegisterDropReason("icmp_rate_limited")
+	// DropICMPEchoInvalid counts echo requests to a VIP the Mux does not
+	// answer: a wrong IPv4 header or ICMP checksum (a host silently
+	// discards those, RFC 1122 3.2.1.2 and RFC 4443 2.4), or a fragment
+	// (the reply would need the whole datagram).
+	DropICMPEchoInvalid = engine.RegisterDropReason("icmp_echo_invalid")
+)
 
 // ICMPConfig configures the ICMP stage.
 type ICMPConfig struct {
@@ -39,9 +47,11 @@ type ICMPConfig struct {
 //     quoted flow reversed (client → VIP) and flags it FlagICMPError, so
 //     the balancing stage sends the error to the same DIP as that flow
 //     (without creating a connection-table entry), where the DIP's stack
-//     learns the path MTU.
+//     learns the path MTU. Only the quote's bytes within the IP datagram
+//     are read.
 //
-// Other packets pass untouched.
+// ICMPv4 is handled in IPv4 packets only and ICMPv6 in IPv6 packets only;
+// other packets pass untouched.
 type ICMP struct {
 	cfg ICMPConfig
 
@@ -74,7 +84,10 @@ func NewICMP(cfg ICMPConfig) (*ICMP, error) {
 func (s *ICMP) Process(b *engine.Batch) {
 	var snap *flow.Snapshot
 	for _, p := range b.Packets() {
-		if p.Flags&engine.FlagL4 == 0 || (p.L4Proto != flow.ProtoICMP && p.L4Proto != flow.ProtoICMPv6) {
+		if p.Flags&engine.FlagL4 == 0 {
+			continue
+		}
+		if v4 := p.Flags&engine.FlagIPv4 != 0; v4 && p.L4Proto != flow.ProtoICMP || !v4 && p.L4Proto != flow.ProtoICMPv6 {
 			continue
 		}
 		if snap == nil {
@@ -85,13 +98,20 @@ func (s *ICMP) Process(b *engine.Batch) {
 }
 
 func (s *ICMP) handle(b *engine.Batch, snap *flow.Snapshot, p *engine.Packet) {
-	l4 := p.L4()
+	l4 := p.L4Segment()
+	if len(l4) < header.ICMPv4MinSize { // the same 8 bytes for ICMPv6
+		return
+	}
 	typ := l4[0]
 	v4 := p.Flags&engine.FlagIPv4 != 0
 	switch {
 	case v4 && typ == header.ICMPv4EchoRequest, !v4 && typ == header.ICMPv6EchoRequest:
 		if !snap.IsVIPAddr(&p.Key) {
 			return // not ours: the balancing stage drops it (no rule)
+		}
+		if !echoValid(p, l4, v4) {
+			b.Drop(p, DropICMPEchoInvalid)
+			return
 		}
 		if !s.allow() {
 			b.Drop(p, DropICMPRate)
@@ -132,6 +152,20 @@ func (s *ICMP) allow() bool {
 	return true
 }
 
+// echoValid reports whether the echo request p, whose ICMP message is m,
+// may be answered: not a fragment, and its checksums right (the reply's
+// are updated incrementally, so a wrong one would be answered wrong).
+func echoValid(p *engine.Packet, m []byte, v4 bool) bool {
+	if p.Flags&engine.FlagFragment != 0 {
+		return false
+	}
+	if v4 {
+		return header.IPv4(p.L3()).IsChecksumValid() && header.ICMPv4(m).IsChecksumValid()
+	}
+	ip := header.IPv6(p.L3())
+	return header.ICMPv6(m).IsChecksumValid(header.PseudoHeaderChecksum(flow.ProtoICMPv6, ip.SrcSlice(), ip.DstSlice(), uint16(len(m))))
+}
+
 // echoReply turns an echo request into its reply in place: addresses and
 // MACs swapped, type changed with an RFC 1624 checksum update (swapping
 // the addresses changes neither the IPv4 header sum nor the ICMPv6
@@ -142,7 +176,7 @@ func echoReply(p *engine.Packet, v4 bool) {
 	src, dst := eth.Src(), eth.Dst()
 	eth.SetSrc(dst)
 	eth.SetDst(src)
-	l4 := p.L4()
+	l4 := p.L4Segment()
 	oldWord := binary.BigEndian.Uint16(l4)
 	if v4 {
 		ip := header.IPv4(p.L3())

@@ -1,6 +1,7 @@
 package balance_test
 
 import (
+	"encoding/binary"
 	"net"
 	"net/netip"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/xdplb/xdplb/balance"
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/header"
 )
 
 var (
@@ -135,6 +137,98 @@ func TestICMPEchoReply(t *testing.T) {
 			require.Empty(t, ih.run(echoRequest(t, tc.src, tc.src)))
 		})
 	}
+}
+
+// TestICMPEchoRefused: echo requests to a VIP that a host would not answer
+// are dropped (icmp_echo_invalid) — a wrong IPv4 header or ICMP checksum,
+// a fragment — and ICMP of the other family's protocol number is not
+// taken for an echo request at all.
+func TestICMPEchoRefused(t *testing.T) {
+	client4, client6 := netip.MustParseAddr("198.18.0.7"), netip.MustParseAddr("2001:db8::7")
+	corrupt := func(f []byte, off int) []byte { f[off] ^= 0x40; return f }
+	l4Off := func(f []byte) int { // Ethernet + IPv4 without options, or IPv6
+		if f[12] == 0x86 {
+			return 14 + 40
+		}
+		return 14 + 20
+	}
+	for _, tc := range []struct {
+		name    string
+		frame   func() []byte
+		refused bool // dropped as icmp_echo_invalid; else not answered and not refused either
+	}{
+		{"v4 wrong ICMP checksum", func() []byte {
+			f := echoRequest(t, client4, vip4)
+			return corrupt(f, l4Off(f)+2)
+		}, true},
+		{"v4 wrong IPv4 header checksum", func() []byte { return corrupt(echoRequest(t, client4, vip4), 14+10) }, true},
+		{"v6 wrong ICMPv6 checksum", func() []byte {
+			f := echoRequest(t, client6, vip6)
+			return corrupt(f, l4Off(f)+2)
+		}, true},
+		{"v4 first fragment", func() []byte {
+			f := serialize(t, &layers.Ethernet{SrcMAC: clientMAC, DstMAC: muxMAC, EthernetType: layers.EthernetTypeIPv4},
+				&layers.IPv4{Version: 4, TTL: 17, Protocol: layers.IPProtocolICMPv4, Flags: layers.IPv4MoreFragments,
+					SrcIP: client4.AsSlice(), DstIP: vip4.AsSlice()},
+				&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoRequest, 0), Id: 1, Seq: 1},
+				gopacket.Payload(make([]byte, 64)))
+			return f
+		}, true},
+		{"IPv4 protocol 58 (ICMPv6) with an ICMPv4 echo request", func() []byte {
+			f := echoRequest(t, client4, vip4)
+			f[14+9] = 58
+			binary.BigEndian.PutUint16(f[14+10:], header.IPv4(f[14:]).CalculateChecksum()) // right again
+			return f
+		}, false},
+		{"IPv6 next header 1 (ICMPv4) with an ICMPv6 echo request", func() []byte {
+			f := echoRequest(t, client6, vip6)
+			f[14+6] = 1
+			return f
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, true,
+				flow.Rule{Name: "web", VIP: flow.VIP{Addr: vip4, Proto: flow.ProtoTCP, Port: 80}, Backends: backends(2, 1)},
+				flow.Rule{Name: "web6", VIP: flow.VIP{Addr: vip6, Proto: flow.ProtoTCP, Port: 443}, Backends: backends(2, 1)})
+			ih := newICMPHarness(t, h, 100)
+			require.Empty(t, ih.run(tc.frame()), "not answered")
+			var s engine.Stats
+			ih.w.Counters().Snapshot(&s)
+			require.EqualValues(t, 1, s.Dropped(), "drops: %v", s.DropsByName())
+			if tc.refused {
+				require.EqualValues(t, 1, s.Drops[balance.DropICMPEchoInvalid], "drops: %v", s.DropsByName())
+			} else {
+				require.Zero(t, s.Drops[balance.DropICMPEchoInvalid], "drops: %v", s.DropsByName())
+			}
+			// The same request, well formed, is answered.
+			require.Len(t, ih.run(echoRequest(t, client4, vip4)), 1)
+		})
+	}
+}
+
+// TestICMPErrorQuoteWithinDatagram: an ICMP error whose quote holds only
+// an IP header names no ports; bytes past the IP datagram (Ethernet
+// padding) are not read as the quoted ports, so the error matches no
+// port-80 flow and is not forwarded.
+func TestICMPErrorQuoteWithinDatagram(t *testing.T) {
+	h := newHarness(t, true, flow.Rule{Name: "web", VIP: flow.VIP{Addr: vip4, Proto: flow.ProtoTCP, Port: 80}, Backends: backends(8, 1)})
+	ih := newICMPHarness(t, h, 100)
+	client := netip.MustParseAddr("198.18.0.9")
+	qip := &layers.IPv4{Version: 4, TTL: 60, Protocol: layers.IPProtocolTCP, SrcIP: vip4.AsSlice(), DstIP: client.AsSlice()}
+	qtcp := &layers.TCP{SrcPort: 80, DstPort: 40000, ACK: true}
+	_ = qtcp.SetNetworkLayerForChecksum(qip)
+	quoted := serialize(t, qip, qtcp)
+	f := serialize(t,
+		&layers.Ethernet{SrcMAC: clientMAC, DstMAC: muxMAC, EthernetType: layers.EthernetTypeIPv4},
+		&layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolICMPv4, SrcIP: netip.MustParseAddr("198.18.0.254").AsSlice(), DstIP: vip4.AsSlice()},
+		&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeDestinationUnreachable, layers.ICMPv4CodeFragmentationNeeded), Seq: 1400},
+		gopacket.Payload(quoted[:20]))
+	f = append(append([]byte(nil), f...), 0x00, 0x50, 0x9c, 0x40) // "ports" 80 → 40000 past the datagram
+	ih.run(f)
+	require.Empty(t, ih.seen, "not forwarded to a backend")
+	var s engine.Stats
+	ih.w.Counters().Snapshot(&s)
+	require.EqualValues(t, 1, s.Drops[engine.DropNoRule], "drops: %v", s.DropsByName())
 }
 
 // TestICMPErrorFollowsFlow: a "fragmentation needed" about a reply of a VIP

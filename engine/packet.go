@@ -146,8 +146,32 @@ func (p *Packet) Sent() bool { return p.sent }
 // L3 returns the frame from the L3 header on.
 func (p *Packet) L3() []byte { return p.Data()[p.L3Off:] }
 
-// L4 returns the frame from the L4 header on (valid when Flags has FlagL4).
+// L4 returns the frame from the L4 header on (valid when Flags has FlagL4),
+// Ethernet padding and any trailer included; L4Segment stops where the IP
+// datagram ends.
 func (p *Packet) L4() []byte { return p.Data()[p.L4Off:] }
+
+// L4Segment returns the transport segment: from the L4 header to the end
+// of the IP datagram its IP header declares, without Ethernet padding or
+// trailing bytes. Valid when Flags has FlagL4 (Parse checked the lengths);
+// nil when the headers no longer fit the frame.
+func (p *Packet) L4Segment() []byte {
+	data := p.Data()
+	l3 := int(p.L3Off)
+	var end int
+	switch {
+	case p.Flags&FlagIPv4 != 0 && l3+header.IPv4MinSize <= len(data):
+		end = l3 + int(header.IPv4(data[l3:]).TotalLength())
+	case p.Flags&FlagIPv6 != 0 && l3+header.IPv6Size <= len(data):
+		end = l3 + header.IPv6Size + int(header.IPv6(data[l3:]).PayloadLength())
+	default:
+		return nil
+	}
+	if int(p.L4Off) > end || end > len(data) {
+		return nil
+	}
+	return data[p.L4Off:end:end]
+}
 
 // StateClass returns the connection-table class p suggests for its flow:
 // for TCP, untrusted for a SYN without ACK, closing for FIN or RST,

@@ -526,6 +526,7 @@ type gpView struct {
 	proto          uint8
 	frag, nonFirst bool
 	l4             int // offset of the validated L4 header; -1 when there is none
+	l4End          int // where the IP datagram, and so the L4 segment, ends
 	sport, dport   uint16
 }
 
@@ -762,7 +763,7 @@ func (v gpView) transport(b, seg []byte) gpView {
 	if tr {
 		return gpReject("TRUNCATED l4", engine.DropBadL4)
 	}
-	v.l4, v.accept = offsetIn(b, seg), true
+	v.l4, v.l4End, v.accept = offsetIn(b, seg), offsetIn(b, seg)+len(seg), true
 	return v
 }
 
@@ -807,6 +808,8 @@ func checkGopacketOracle(t *testing.T, frame []byte, p *engine.Packet, r engine.
 		t.Fatalf("L4Proto %d, gopacket %d\n% x", p.L4Proto, g.proto, frame)
 	case g.l4 >= 0 && int(p.L4Off) != g.l4:
 		t.Fatalf("L4Off %d, gopacket %d\n% x", p.L4Off, g.l4, frame)
+	case g.l4 >= 0 && len(p.L4Segment()) != g.l4End-g.l4:
+		t.Fatalf("L4Segment %d bytes, gopacket's segment %d\n% x", len(p.L4Segment()), g.l4End-g.l4, frame)
 	}
 	var k flow.Key
 	if g.v6 {
