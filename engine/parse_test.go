@@ -13,6 +13,7 @@ import (
 
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/internal/gpkt"
 )
 
 // Tests of the parse stage (Parse, ParsePacket): golden frames built with
@@ -31,16 +32,6 @@ var (
 	p6Src = net.ParseIP("2001:db8::1")
 	p6Dst = net.ParseIP("2001:db8:ffff::2")
 )
-
-// gpSerialize serializes ls with gopacket, fixing lengths and checksums;
-// frames shorter than 60 bytes get Ethernet padding (zeros).
-func gpSerialize(tb testing.TB, ls ...gopacket.SerializableLayer) []byte {
-	tb.Helper()
-	buf := gopacket.NewSerializeBuffer()
-	err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...)
-	require.NoError(tb, err)
-	return slices.Clone(buf.Bytes())
-}
 
 func gpEth(t layers.EthernetType) *layers.Ethernet {
 	return &layers.Ethernet{SrcMAC: pMACa, DstMAC: pMACb, EthernetType: t}
@@ -73,7 +64,7 @@ func udpDatagram(tb testing.TB, nl gopacket.NetworkLayer, sport, dport uint16, n
 	for i := range data {
 		data[i] = byte(i)
 	}
-	return gpSerialize(tb, gpUDP(nl, sport, dport), gopacket.Payload(data))
+	return gpkt.Serialize(tb, gpUDP(nl, sport, dport), gopacket.Payload(data))
 }
 
 // ipv6Ext returns an 8-byte IPv6 extension header (Hop-by-Hop, Routing or
@@ -144,21 +135,21 @@ func goldenParseCases(tb testing.TB) []parseCase {
 
 	// IPv4.
 	ip := gpIPv4(layers.IPProtocolTCP)
-	v4tcp := gpSerialize(tb, gpEth(layers.EthernetTypeIPv4), ip, gpTCP(ip, 40000, 80), payload)
+	v4tcp := gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv4), ip, gpTCP(ip, 40000, 80), payload)
 	add(parseCase{name: "ipv4 tcp", frame: v4tcp, flags: fV4 | fL4, etherType: 0x0800, l3: 14, l4: 34, proto: 6, sport: 40000, dport: 80})
 
 	ip = gpIPv4(layers.IPProtocolUDP)
-	v4udp := gpSerialize(tb, gpEth(layers.EthernetTypeIPv4), ip, gpUDP(ip, 1000, 53), payload)
+	v4udp := gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv4), ip, gpUDP(ip, 1000, 53), payload)
 	add(parseCase{name: "ipv4 udp", frame: v4udp, flags: fV4 | fL4, etherType: 0x0800, l3: 14, l4: 34, proto: 17, sport: 1000, dport: 53})
 
 	ip = gpIPv4(layers.IPProtocolICMPv4)
-	v4icmp := gpSerialize(tb, gpEth(layers.EthernetTypeIPv4), ip,
+	v4icmp := gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv4), ip,
 		&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoRequest, 0), Id: 7, Seq: 1}, payload)
 	add(parseCase{name: "ipv4 icmp echo", frame: v4icmp, flags: fV4 | fL4, etherType: 0x0800, l3: 14, l4: 34, proto: 1})
 
 	ip = gpIPv4(layers.IPProtocolTCP)
 	ip.Options = []layers.IPv4Option{{OptionType: 0x94, OptionLength: 4, OptionData: []byte{0, 0}}} // Router Alert
-	add(parseCase{name: "ipv4 options tcp", frame: gpSerialize(tb, gpEth(layers.EthernetTypeIPv4), ip, gpTCP(ip, 40001, 443), payload),
+	add(parseCase{name: "ipv4 options tcp", frame: gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv4), ip, gpTCP(ip, 40001, 443), payload),
 		flags: fV4 | fL4, etherType: 0x0800, l3: 14, l4: 38, proto: 6, sport: 40001, dport: 443})
 
 	ip = gpIPv4(layers.IPProtocolUDP)
@@ -167,40 +158,40 @@ func goldenParseCases(tb testing.TB) []parseCase {
 
 	// VLAN tags.
 	ip = gpIPv4(layers.IPProtocolUDP)
-	vlan := gpSerialize(tb, gpEth(layers.EthernetTypeDot1Q), &layers.Dot1Q{VLANIdentifier: 100, Type: layers.EthernetTypeIPv4},
+	vlan := gpkt.Serialize(tb, gpEth(layers.EthernetTypeDot1Q), &layers.Dot1Q{VLANIdentifier: 100, Type: layers.EthernetTypeIPv4},
 		ip, gpUDP(ip, 1001, 53), payload)
 	add(parseCase{name: "802.1Q ipv4 udp", frame: vlan, flags: fV4 | fL4, etherType: 0x0800, l3: 18, l4: 38, proto: 17, sport: 1001, dport: 53})
 
 	ip = gpIPv4(layers.IPProtocolTCP)
-	add(parseCase{name: "802.1ad+802.1Q (QinQ) ipv4 tcp", frame: gpSerialize(tb, gpEth(layers.EthernetTypeQinQ),
+	add(parseCase{name: "802.1ad+802.1Q (QinQ) ipv4 tcp", frame: gpkt.Serialize(tb, gpEth(layers.EthernetTypeQinQ),
 		&layers.Dot1Q{VLANIdentifier: 10, Type: layers.EthernetTypeDot1Q},
 		&layers.Dot1Q{VLANIdentifier: 100, Type: layers.EthernetTypeIPv4}, ip, gpTCP(ip, 40002, 80), payload),
 		flags: fV4 | fL4, etherType: 0x0800, l3: 22, l4: 42, proto: 6, sport: 40002, dport: 80})
 
 	ip6 := gpIPv6(layers.IPProtocolTCP)
-	add(parseCase{name: "802.1Q ipv6 tcp", frame: gpSerialize(tb, gpEth(layers.EthernetTypeDot1Q),
+	add(parseCase{name: "802.1Q ipv6 tcp", frame: gpkt.Serialize(tb, gpEth(layers.EthernetTypeDot1Q),
 		&layers.Dot1Q{VLANIdentifier: 7, Type: layers.EthernetTypeIPv6}, ip6, gpTCP(ip6, 40003, 80), payload),
 		flags: fV6 | fL4, etherType: 0x86dd, l3: 18, l4: 58, proto: 6, sport: 40003, dport: 80})
 
 	ip = gpIPv4(layers.IPProtocolUDP)
-	drop("three VLAN tags", gpSerialize(tb, gpEth(layers.EthernetTypeDot1Q),
+	drop("three VLAN tags", gpkt.Serialize(tb, gpEth(layers.EthernetTypeDot1Q),
 		&layers.Dot1Q{VLANIdentifier: 1, Type: layers.EthernetTypeDot1Q},
 		&layers.Dot1Q{VLANIdentifier: 2, Type: layers.EthernetTypeDot1Q},
 		&layers.Dot1Q{VLANIdentifier: 3, Type: layers.EthernetTypeIPv4}, ip, gpUDP(ip, 1, 2), payload), engine.DropBadL2)
 
 	// IPv6.
 	ip6 = gpIPv6(layers.IPProtocolTCP)
-	v6tcp := gpSerialize(tb, gpEth(layers.EthernetTypeIPv6), ip6, gpTCP(ip6, 40004, 80), payload)
+	v6tcp := gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv6), ip6, gpTCP(ip6, 40004, 80), payload)
 	add(parseCase{name: "ipv6 tcp", frame: v6tcp, flags: fV6 | fL4, etherType: 0x86dd, l3: 14, l4: 54, proto: 6, sport: 40004, dport: 80})
 
 	ip6 = gpIPv6(layers.IPProtocolUDP)
-	v6udp := gpSerialize(tb, gpEth(layers.EthernetTypeIPv6), ip6, gpUDP(ip6, 1002, 53), payload)
+	v6udp := gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv6), ip6, gpUDP(ip6, 1002, 53), payload)
 	add(parseCase{name: "ipv6 udp", frame: v6udp, flags: fV6 | fL4, etherType: 0x86dd, l3: 14, l4: 54, proto: 17, sport: 1002, dport: 53})
 
 	ip6 = gpIPv6(layers.IPProtocolICMPv6)
 	icmp6 := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(layers.ICMPv6TypeEchoRequest, 0)}
 	_ = icmp6.SetNetworkLayerForChecksum(ip6)
-	add(parseCase{name: "icmpv6 echo", frame: gpSerialize(tb, gpEth(layers.EthernetTypeIPv6), ip6, icmp6,
+	add(parseCase{name: "icmpv6 echo", frame: gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv6), ip6, icmp6,
 		&layers.ICMPv6Echo{Identifier: 7, SeqNumber: 1}, payload),
 		flags: fV6 | fL4, etherType: 0x86dd, l3: 14, l4: 54, proto: 58})
 
@@ -210,22 +201,22 @@ func goldenParseCases(tb testing.TB) []parseCase {
 		{OptionType: 1, OptionData: []byte{}},                                                       // PadN to 8 bytes
 	}}
 	ip6.HopByHop.NextHeader = layers.IPProtocolUDP
-	add(parseCase{name: "ipv6 hop-by-hop udp", frame: gpSerialize(tb, gpEth(layers.EthernetTypeIPv6), ip6, gpUDP(ip6, 1003, 53), payload),
+	add(parseCase{name: "ipv6 hop-by-hop udp", frame: gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv6), ip6, gpUDP(ip6, 1003, 53), payload),
 		flags: fV6 | fL4, etherType: 0x86dd, l3: 14, l4: 62, proto: 17, sport: 1003, dport: 53})
 
 	ip6 = gpIPv6(layers.IPProtocolIPv6HopByHop)
-	add(parseCase{name: "ipv6 hop-by-hop, routing, destination options tcp", frame: gpSerialize(tb, gpEth(layers.EthernetTypeIPv6), ip6,
+	add(parseCase{name: "ipv6 hop-by-hop, routing, destination options tcp", frame: gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv6), ip6,
 		gopacket.Payload(slices.Concat(ipv6Ext(layers.IPProtocolIPv6Routing), ipv6Routing(layers.IPProtocolIPv6Destination), ipv6Ext(layers.IPProtocolTCP))),
 		gpTCP(ip6, 40005, 22), payload),
 		flags: fV6 | fL4, etherType: 0x86dd, l3: 14, l4: 78, proto: 6, sport: 40005, dport: 22})
 
 	ip6 = gpIPv6(layers.IPProtocolIPv6Destination)
-	drop("ipv6 hop-by-hop not first", gpSerialize(tb, gpEth(layers.EthernetTypeIPv6), ip6,
+	drop("ipv6 hop-by-hop not first", gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv6), ip6,
 		gopacket.Payload(slices.Concat(ipv6Ext(layers.IPProtocolIPv6HopByHop), ipv6Ext(layers.IPProtocolUDP))),
 		gpUDP(ip6, 1, 2), payload), engine.DropBadIPv6)
 
 	ip6 = gpIPv6(layers.IPProtocolIPv6Destination)
-	drop("ipv6 extension header past the payload", gpSerialize(tb, gpEth(layers.EthernetTypeIPv6), ip6,
+	drop("ipv6 extension header past the payload", gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv6), ip6,
 		gopacket.Payload(patched(ipv6Ext(layers.IPProtocolUDP), func(h []byte) { h[1] = 10 })),
 		gpUDP(ip6, 1, 2), payload), engine.DropBadIPv6)
 
@@ -234,48 +225,48 @@ func goldenParseCases(tb testing.TB) []parseCase {
 	dg4 := udpDatagram(tb, ip, 1004, 53, 200)
 	ip = gpIPv4(layers.IPProtocolUDP)
 	ip.Flags = layers.IPv4MoreFragments
-	add(parseCase{name: "ipv4 first fragment udp", frame: gpSerialize(tb, gpEth(layers.EthernetTypeIPv4), ip, gopacket.Payload(dg4[:64])),
+	add(parseCase{name: "ipv4 first fragment udp", frame: gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv4), ip, gopacket.Payload(dg4[:64])),
 		flags: fV4 | fFr | fL4, etherType: 0x0800, l3: 14, l4: 34, proto: 17, sport: 1004, dport: 53})
 	ip = gpIPv4(layers.IPProtocolUDP)
 	ip.FragOffset = 64 / 8
-	add(parseCase{name: "ipv4 last fragment udp", frame: gpSerialize(tb, gpEth(layers.EthernetTypeIPv4), ip, gopacket.Payload(dg4[64:])),
+	add(parseCase{name: "ipv4 last fragment udp", frame: gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv4), ip, gopacket.Payload(dg4[64:])),
 		flags: fV4 | fFr | fNFF, etherType: 0x0800, l3: 14, proto: 17})
 	ip = gpIPv4(layers.IPProtocolUDP)
 	ip.Flags = layers.IPv4MoreFragments
 	ip.FragOffset = 1
-	add(parseCase{name: "ipv4 fragment at offset 8, 8 bytes", frame: gpSerialize(tb, gpEth(layers.EthernetTypeIPv4), ip, gopacket.Payload(dg4[8:16])),
+	add(parseCase{name: "ipv4 fragment at offset 8, 8 bytes", frame: gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv4), ip, gopacket.Payload(dg4[8:16])),
 		flags: fV4 | fFr | fNFF, etherType: 0x0800, l3: 14, proto: 17})
 	ip = gpIPv4(layers.IPProtocolTCP)
 	ip.Flags = layers.IPv4MoreFragments
-	drop("ipv4 first fragment, tcp header cut", gpSerialize(tb, gpEth(layers.EthernetTypeIPv4), ip, gopacket.Payload(v4tcp[34:34+16])), engine.DropBadL4)
+	drop("ipv4 first fragment, tcp header cut", gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv4), ip, gopacket.Payload(v4tcp[34:34+16])), engine.DropBadL4)
 
 	ip6 = gpIPv6(layers.IPProtocolUDP)
 	dg6 := udpDatagram(tb, ip6, 1005, 53, 200)
 	ip6 = gpIPv6(layers.IPProtocolIPv6Fragment)
-	add(parseCase{name: "ipv6 first fragment udp", frame: gpSerialize(tb, gpEth(layers.EthernetTypeIPv6), ip6,
+	add(parseCase{name: "ipv6 first fragment udp", frame: gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv6), ip6,
 		gopacket.Payload(slices.Concat(ipv6Frag(layers.IPProtocolUDP, 0, true), dg6[:64]))),
 		flags: fV6 | fFr | fL4, etherType: 0x86dd, l3: 14, l4: 62, proto: 17, sport: 1005, dport: 53})
 	ip6 = gpIPv6(layers.IPProtocolIPv6Fragment)
-	add(parseCase{name: "ipv6 last fragment udp", frame: gpSerialize(tb, gpEth(layers.EthernetTypeIPv6), ip6,
+	add(parseCase{name: "ipv6 last fragment udp", frame: gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv6), ip6,
 		gopacket.Payload(slices.Concat(ipv6Frag(layers.IPProtocolUDP, 64, false), dg6[64:]))),
 		flags: fV6 | fFr | fNFF, etherType: 0x86dd, l3: 14, proto: 17})
 	ip6 = gpIPv6(layers.IPProtocolIPv6Fragment)
-	add(parseCase{name: "ipv6 fragment at offset 8, 8 bytes of tcp", frame: gpSerialize(tb, gpEth(layers.EthernetTypeIPv6), ip6,
+	add(parseCase{name: "ipv6 fragment at offset 8, 8 bytes of tcp", frame: gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv6), ip6,
 		gopacket.Payload(slices.Concat(ipv6Frag(layers.IPProtocolTCP, 8, true), v6tcp[54+8:54+16]))),
 		flags: fV6 | fFr | fNFF, etherType: 0x86dd, l3: 14, proto: 6})
 	ip6 = gpIPv6(layers.IPProtocolIPv6HopByHop)
-	add(parseCase{name: "ipv6 hop-by-hop, first fragment, destination options, udp", frame: gpSerialize(tb, gpEth(layers.EthernetTypeIPv6), ip6,
+	add(parseCase{name: "ipv6 hop-by-hop, first fragment, destination options, udp", frame: gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv6), ip6,
 		gopacket.Payload(slices.Concat(ipv6Ext(layers.IPProtocolIPv6Fragment), ipv6Frag(layers.IPProtocolIPv6Destination, 0, true),
 			ipv6Ext(layers.IPProtocolUDP), dg6[:64]))),
 		flags: fV6 | fFr | fL4, etherType: 0x86dd, l3: 14, l4: 78, proto: 17, sport: 1005, dport: 53})
 	ip6 = gpIPv6(layers.IPProtocolIPv6Fragment)
-	drop("ipv6 two fragment headers", gpSerialize(tb, gpEth(layers.EthernetTypeIPv6), ip6,
+	drop("ipv6 two fragment headers", gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv6), ip6,
 		gopacket.Payload(slices.Concat(ipv6Frag(layers.IPProtocolIPv6Fragment, 0, true), ipv6Frag(layers.IPProtocolUDP, 0, true), dg6[:64]))),
 		engine.DropBadIPv6)
 	// An atomic fragment (offset 0, M clear; RFC 6946) is a whole datagram
 	// with a Fragment header: not a fragment, and its UDP Length is checked.
 	ip6 = gpIPv6(layers.IPProtocolIPv6Fragment)
-	atomic := gpSerialize(tb, gpEth(layers.EthernetTypeIPv6), ip6,
+	atomic := gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv6), ip6,
 		gopacket.Payload(slices.Concat(ipv6Frag(layers.IPProtocolUDP, 0, false), dg6)))
 	add(parseCase{name: "ipv6 atomic fragment udp", frame: atomic,
 		flags: fV6 | fL4, etherType: 0x86dd, l3: 14, l4: 62, proto: 17, sport: 1005, dport: 53})
@@ -286,13 +277,13 @@ func goldenParseCases(tb testing.TB) []parseCase {
 	// Other protocols.
 	ip = gpIPv4(layers.IPProtocolGRE)
 	inner := gpIPv4(layers.IPProtocolUDP)
-	add(parseCase{name: "ipv4 gre (no l4 parsed)", frame: gpSerialize(tb, gpEth(layers.EthernetTypeIPv4), ip,
+	add(parseCase{name: "ipv4 gre (no l4 parsed)", frame: gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv4), ip,
 		&layers.GRE{Protocol: layers.EthernetTypeIPv4}, inner, gpUDP(inner, 5, 6), payload),
 		flags: fV4, etherType: 0x0800, l3: 14, proto: 47})
 	ip6 = gpIPv6(layers.IPProtocolNoNextHeader)
-	add(parseCase{name: "ipv6 no next header, empty payload", frame: gpSerialize(tb, gpEth(layers.EthernetTypeIPv6), ip6),
+	add(parseCase{name: "ipv6 no next header, empty payload", frame: gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv6), ip6),
 		flags: fV6, etherType: 0x86dd, l3: 14, proto: 59})
-	drop("arp", gpSerialize(tb, gpEth(layers.EthernetTypeARP), &layers.ARP{
+	drop("arp", gpkt.Serialize(tb, gpEth(layers.EthernetTypeARP), &layers.ARP{
 		AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4, HwAddressSize: 6, ProtAddressSize: 4,
 		Operation: layers.ARPRequest, SourceHwAddress: pMACa, SourceProtAddress: p4Src.To4(),
 		DstHwAddress: make([]byte, 6), DstProtAddress: p4Dst.To4(),
@@ -324,7 +315,7 @@ func goldenParseCases(tb testing.TB) []parseCase {
 	// Ethernet padding: a 60-byte frame around a short IPv4 packet. The L4
 	// header must fit in the IP packet (Total Length), not in the frame.
 	ip = gpIPv4(layers.IPProtocolUDP)
-	short := gpSerialize(tb, gpEth(layers.EthernetTypeIPv4), ip, gpUDP(ip, 1006, 53), gopacket.Payload("hi"))
+	short := gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv4), ip, gpUDP(ip, 1006, 53), gopacket.Payload("hi"))
 	require.Len(tb, short, 60)
 	require.EqualValues(tb, 30, binary.BigEndian.Uint16(short[16:]))
 	for i := 14 + 30; i < 60; i++ {
@@ -334,7 +325,7 @@ func goldenParseCases(tb testing.TB) []parseCase {
 		flags: fV4 | fL4, etherType: 0x0800, l3: 14, l4: 34, proto: 17, sport: 1006, dport: 53})
 	drop("udp length into the ethernet padding", patched(short, func(f []byte) { binary.BigEndian.PutUint16(f[34+4:], 8+2+10) }), engine.DropBadL4)
 	ip = gpIPv4(layers.IPProtocolTCP)
-	shortTCP := gpSerialize(tb, gpEth(layers.EthernetTypeIPv4), ip, gpTCP(ip, 40006, 80))
+	shortTCP := gpkt.Serialize(tb, gpEth(layers.EthernetTypeIPv4), ip, gpTCP(ip, 40006, 80))
 	require.Len(tb, shortTCP, 60)
 	drop("tcp data offset into the ethernet padding", patched(shortTCP, func(f []byte) { f[34+12] = 6 << 4 }), engine.DropBadL4)
 	drop("icmp cut by total length, padding after", patched(v4icmp, func(f []byte) { binary.BigEndian.PutUint16(f[16:], 20+4) }), engine.DropBadL4)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/internal/gpkt"
 )
 
 // FuzzHostAgentPipeline runs arbitrary frames through the Host Agent's
@@ -585,7 +586,7 @@ func ipv4ChecksumOK(b []byte) bool {
 			return ip.Checksum == orig
 		}
 	}
-	return rfc1071(hdr) == 0
+	return gpkt.Checksum(hdr) == 0
 }
 
 // sameButChecksum reports whether a and b are equal except at the
@@ -600,22 +601,6 @@ func sameButChecksum(a, b []byte, cs int) bool {
 		}
 	}
 	return true
-}
-
-// rfc1071 is the Internet checksum of b: 0 over data that includes a right
-// checksum.
-func rfc1071(b []byte) uint16 {
-	var s uint32
-	for k := 0; k+1 < len(b); k += 2 {
-		s += uint32(b[k])<<8 | uint32(b[k+1])
-	}
-	if len(b)%2 == 1 {
-		s += uint32(b[len(b)-1]) << 8
-	}
-	for s > 0xffff {
-		s = s>>16 + s&0xffff
-	}
-	return ^uint16(s)
 }
 
 // l4ChecksumOK reports whether the transport checksum of d verifies, by
@@ -724,7 +709,7 @@ func pipelineSeeds(tb testing.TB) []pipelineSeed {
 		require.NoError(tb, gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true}, eth, ip, u, gopacket.Payload("no checksum")))
 		f := append([]byte(nil), buf.Bytes()...)
 		binary.BigEndian.PutUint16(f[14+10:], 0)
-		binary.BigEndian.PutUint16(f[14+10:], rfc1071(f[14:34]))
+		binary.BigEndian.PutUint16(f[14+10:], gpkt.Checksum(f[14:34]))
 		return f
 	}
 	ipv6In := func() []byte {

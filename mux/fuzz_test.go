@@ -17,6 +17,7 @@ import (
 	"github.com/xdplb/xdplb/encap"
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/internal/gpkt"
 )
 
 // FuzzMuxPipeline drives the Mux's whole in-memory data path — the stages
@@ -44,8 +45,8 @@ import (
 //     in a byte-identical frame — the flow stays put (connection-table hit
 //     after the miss, or two lookups in one batch).
 //
-// Checksums: IPv4 header checksums are verified with rfc1071, a plain
-// RFC 1071 loop written here (independent of package header); ICMP and
+// Checksums: IPv4 header checksums are verified with gpkt.Checksum, a
+// plain RFC 1071 loop independent of package header; ICMP and
 // ICMPv6 checksums by re-serialising the message with gopacket
 // (ComputeChecksums; for ICMPv6 with the IPv6 pseudo-header through
 // SetNetworkLayerForChecksum) and comparing the bytes.
@@ -435,7 +436,7 @@ func (m *muxFuzzRig) checkVXLAN(t *testing.T, fr []byte, in *muxInjected) muxFuz
 	switch {
 	case ip.Version != 4 || ip.IHL != 5:
 		fail("outer IPv4 version %d IHL %d", ip.Version, ip.IHL)
-	case rfc1071(hdr) != 0:
+	case gpkt.Checksum(hdr) != 0:
 		fail("outer IPv4 header checksum %#04x is wrong", ip.Checksum)
 	case int(ip.Length) != len(fr)-14:
 		fail("outer IPv4 total length %d, frame %d", ip.Length, len(fr))
@@ -652,9 +653,9 @@ func checkMuxICMP(t *testing.T, fr []byte, in *muxInjected) string {
 		if err := decodeIPv4(&h4, fr[l3:]); err != nil {
 			fail("%v", err)
 		}
-		if rfc1071(h4.Contents) != 0 {
+		if gpkt.Checksum(h4.Contents) != 0 {
 			fail("IPv4 header checksum %#04x is wrong (the injected header's was right: %v)",
-				h4.Checksum, rfc1071(in.ip4.Contents) == 0)
+				h4.Checksum, gpkt.Checksum(in.ip4.Contents) == 0)
 		}
 		ipLen, src, dst, ttl = int(h4.Length), h4.SrcIP, h4.DstIP, h4.TTL
 		l4 = muxL4{proto: uint8(h4.Protocol), off: len(h4.Contents), ok: true, nonFirst: h4.FragOffset != 0}
@@ -809,23 +810,6 @@ func muxICMPChecksum(t *testing.T, msg []byte, v4 bool, src, dst net.IP) (typ, c
 	return typ, code, bytes.Equal(buf.Bytes(), msg), buf.Bytes()
 }
 
-// rfc1071 is the Internet checksum of b (RFC 1071): the one's complement
-// of the one's-complement sum of its 16-bit words. Over a header whose
-// checksum field is right it is 0.
-func rfc1071(b []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(b); i += 2 {
-		s += uint32(b[i])<<8 | uint32(b[i+1])
-	}
-	if len(b)%2 == 1 {
-		s += uint32(b[len(b)-1]) << 8
-	}
-	for s>>16 != 0 {
-		s = s&0xffff + s>>16
-	}
-	return ^uint16(s)
-}
-
 // muxFuzzSeed is one seed of FuzzMuxPipeline and what a fresh rig does
 // with it (TestMuxFuzzSeeds).
 type muxFuzzSeed struct {
@@ -893,7 +877,7 @@ func muxFuzzSeeds(tb testing.TB) []muxFuzzSeed {
 	// error follows the flow to its backend.
 	flow4 := seedFrame(tb, ip4(seedClient4, web4.Addr(), layers.IPProtocolTCP), tcp(40000, 80), payload(10))
 	seeds = append(seeds, muxFuzzSeed{name: "flow4", frame: flow4, want: []string{"vxlan"}})
-	quote4 := seedBytes(tb, ip4(web4.Addr(), seedClient4, layers.IPProtocolTCP), tcp(80, 40000), payload(1400))[:28]
+	quote4 := gpkt.Serialize(tb, ip4(web4.Addr(), seedClient4, layers.IPProtocolTCP), tcp(80, 40000), payload(1400))[:28]
 	seeds = append(seeds, muxFuzzSeed{name: "icmp4-frag-needed-quoting-flow4",
 		frame: seedFrame(tb, ip4(seedRouter4, web4.Addr(), layers.IPProtocolICMPv4),
 			&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeDestinationUnreachable,
@@ -902,7 +886,7 @@ func muxFuzzSeeds(tb testing.TB) []muxFuzzSeed {
 	// The same for web6: a flow and a packet too big about it.
 	flow6 := seedFrame(tb, ip6(seedClient6, web6.Addr(), layers.IPProtocolTCP), tcp(40000, 80), payload(10))
 	seeds = append(seeds, muxFuzzSeed{name: "flow6", frame: flow6, want: []string{"vxlan"}})
-	quote6 := seedBytes(tb, ip6(web6.Addr(), seedClient6, layers.IPProtocolTCP), tcp(80, 40000), payload(1400))[:48]
+	quote6 := gpkt.Serialize(tb, ip6(web6.Addr(), seedClient6, layers.IPProtocolTCP), tcp(80, 40000), payload(1400))[:48]
 	seeds = append(seeds, muxFuzzSeed{name: "icmp6-packet-too-big-quoting-flow6",
 		frame: seedFrame(tb, ip6(seedRouter6, web6.Addr(), layers.IPProtocolICMPv6),
 			&layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(layers.ICMPv6TypePacketTooBig, 0)},
@@ -930,7 +914,7 @@ func muxFuzzSeeds(tb testing.TB) []muxFuzzSeed {
 		muxFuzzSeed{name: "frag4-later", frame: seedFrame(tb, later4, payload(100)), want: []string{"drop:no_rule"}})
 	// IPv6 fragments to web6 (the Fragment header by hand: gopacket
 	// cannot serialise one).
-	seg := seedBytes(tb, ip6(seedClient6, web6.Addr(), layers.IPProtocolTCP), tcp(40001, 80), payload(64))[40:]
+	seg := gpkt.Serialize(tb, ip6(seedClient6, web6.Addr(), layers.IPProtocolTCP), tcp(40001, 80), payload(64))[40:]
 	fragHdr := func(offset uint16, more bool) []byte {
 		h := []byte{byte(layers.IPProtocolTCP), 0, 0, 0, 0, 0, 0x12, 0x34}
 		fo := offset << 3
@@ -970,30 +954,7 @@ func muxFuzzSeeds(tb testing.TB) []muxFuzzSeed {
 	return seeds
 }
 
-// seedBytes serialises ls with lengths and checksums fixed (the transport
-// checksum over its network layer).
-func seedBytes(tb testing.TB, ls ...gopacket.SerializableLayer) []byte {
-	var nl gopacket.NetworkLayer
-	for _, l := range ls {
-		switch l := l.(type) {
-		case *layers.IPv4:
-			nl = l
-		case *layers.IPv6:
-			nl = l
-		case *layers.TCP:
-			require.NoError(tb, l.SetNetworkLayerForChecksum(nl))
-		case *layers.UDP:
-			require.NoError(tb, l.SetNetworkLayerForChecksum(nl))
-		case *layers.ICMPv6:
-			require.NoError(tb, l.SetNetworkLayerForChecksum(nl))
-		}
-	}
-	buf := gopacket.NewSerializeBuffer()
-	require.NoError(tb, gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...))
-	return append([]byte(nil), buf.Bytes()...)
-}
-
-// seedFrame is seedBytes behind an Ethernet header from the client's MAC
+// seedFrame is gpkt.Serialize behind an Ethernet header from the client's MAC
 // to the Mux's.
 func seedFrame(tb testing.TB, ls ...gopacket.SerializableLayer) []byte {
 	et := layers.EthernetTypeIPv4
@@ -1001,7 +962,7 @@ func seedFrame(tb testing.TB, ls ...gopacket.SerializableLayer) []byte {
 		et = layers.EthernetTypeIPv6
 	}
 	eth := &layers.Ethernet{SrcMAC: benchClientMAC, DstMAC: net.HardwareAddr(benchHop.SrcMAC[:]), EthernetType: et}
-	return seedBytes(tb, append([]gopacket.SerializableLayer{eth}, ls...)...)
+	return gpkt.Serialize(tb, append([]gopacket.SerializableLayer{eth}, ls...)...)
 }
 
 func mustHex(tb testing.TB, s string) []byte {
