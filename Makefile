@@ -1,7 +1,7 @@
 # The README's commands. `make test` is what CI runs (through .ci/run).
 GO ?= go
 
-.PHONY: test test-short bench generate lab vet
+.PHONY: test test-short bench generate lab vet pgo
 
 # gofmt, vet and all tests of the library and of the benchmarks module,
 # race detector on.
@@ -23,3 +23,15 @@ bench:
 # Regenerates the committed BPF objects (needs clang).
 generate:
 	$(GO) generate ./engine/steer/...
+
+# Regenerates the profiles the binaries are built with (profile-guided
+# optimisation: go build uses a main package's default.pgo): CPU profiles
+# of the Mux and Host Agent pipeline benchmarks, merged for the lab, which
+# runs both. See benchmarks/README.md for what they gain.
+pgo:
+	set -e; d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
+	$(GO) test -run '^$$' -bench 'BenchmarkMuxPipeline/.*/impl=xdplb' -benchtime 3s -cpu 1 -cpuprofile "$$d/mux.pprof" -o "$$d/mux.test" ./mux/; \
+	$(GO) test -run '^$$' -bench 'BenchmarkHostAgentPipeline' -benchtime 2s -cpu 1 -cpuprofile "$$d/hostagent.pprof" -o "$$d/hostagent.test" ./hostagent/; \
+	$(GO) tool pprof -proto "$$d/mux.pprof" > examples/mux/default.pgo; \
+	$(GO) tool pprof -proto "$$d/hostagent.pprof" > examples/hostagent/default.pgo; \
+	$(GO) tool pprof -proto "$$d/mux.pprof" "$$d/hostagent.pprof" > examples/lab/default.pgo
