@@ -24,14 +24,17 @@ bench:
 generate:
 	$(GO) generate ./engine/steer/...
 
-# Regenerates the profiles the binaries are built with (profile-guided
-# optimisation: go build uses a main package's default.pgo): CPU profiles
-# of the Mux and Host Agent pipeline benchmarks, merged for the lab, which
-# runs both. See benchmarks/README.md for what they gain.
+# Regenerates the profile the binaries are built with (profile-guided
+# optimisation: go build uses a main package's default.pgo): the CPU
+# profiles of the Mux and Host Agent pipeline benchmarks, merged, one copy
+# per binary. One profile, not one per binary: the build cache keys every
+# package's compilation by the profile's content, so the binaries share one
+# optimised build of their dependencies. See benchmarks/README.md for what
+# it gains (benchmarks/abpgo.sh).
 pgo:
 	set -e; d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
 	$(GO) test -run '^$$' -bench 'BenchmarkMuxPipeline/.*/impl=xdplb' -benchtime 3s -cpu 1 -cpuprofile "$$d/mux.pprof" -o "$$d/mux.test" ./mux/; \
 	$(GO) test -run '^$$' -bench 'BenchmarkHostAgentPipeline' -benchtime 2s -cpu 1 -cpuprofile "$$d/hostagent.pprof" -o "$$d/hostagent.test" ./hostagent/; \
-	$(GO) tool pprof -proto "$$d/mux.pprof" > examples/mux/default.pgo; \
-	$(GO) tool pprof -proto "$$d/hostagent.pprof" > examples/hostagent/default.pgo; \
-	$(GO) tool pprof -proto "$$d/mux.pprof" "$$d/hostagent.pprof" > examples/lab/default.pgo
+	$(GO) tool pprof -proto "$$d/mux.pprof" "$$d/hostagent.pprof" > examples/mux/default.pgo; \
+	cp examples/mux/default.pgo examples/hostagent/default.pgo; \
+	cp examples/mux/default.pgo examples/lab/default.pgo
