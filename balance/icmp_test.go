@@ -15,19 +15,13 @@ import (
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/header"
+	"github.com/xdplb/xdplb/internal/gpkt"
 )
 
 var (
 	clientMAC = net.HardwareAddr{2, 0, 0, 0, 0, 1}
 	muxMAC    = net.HardwareAddr{2, 0, 0, 0, 0, 2}
 )
-
-func serialize(t *testing.T, ls ...gopacket.SerializableLayer) []byte {
-	t.Helper()
-	buf := gopacket.NewSerializeBuffer()
-	require.NoError(t, gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...))
-	return buf.Bytes()
-}
 
 func echoRequest(t *testing.T, src, dst netip.Addr) []byte {
 	eth := &layers.Ethernet{SrcMAC: clientMAC, DstMAC: muxMAC}
@@ -36,14 +30,14 @@ func echoRequest(t *testing.T, src, dst netip.Addr) []byte {
 		eth.EthernetType = layers.EthernetTypeIPv4
 		ip := &layers.IPv4{Version: 4, TTL: 17, Protocol: layers.IPProtocolICMPv4, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
 		icmp := &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoRequest, 0), Id: 77, Seq: 3}
-		return serialize(t, eth, ip, icmp, payload)
+		return gpkt.Serialize(t, eth, ip, icmp, payload)
 	}
 	eth.EthernetType = layers.EthernetTypeIPv6
 	ip := &layers.IPv6{Version: 6, HopLimit: 17, NextHeader: layers.IPProtocolICMPv6, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
 	icmp := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(layers.ICMPv6TypeEchoRequest, 0)}
 	_ = icmp.SetNetworkLayerForChecksum(ip)
 	echo := &layers.ICMPv6Echo{Identifier: 77, SeqNumber: 3}
-	return serialize(t, eth, ip, icmp, echo, payload)
+	return gpkt.Serialize(t, eth, ip, icmp, echo, payload)
 }
 
 // icmpHarness runs parse → ICMP → balance → a recorder over a MemPort.
@@ -111,7 +105,7 @@ func TestICMPEchoReply(t *testing.T) {
 				icmp := pkt.Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4)
 				require.EqualValues(t, layers.ICMPv4TypeEchoReply, icmp.TypeCode.Type())
 				require.EqualValues(t, 77, icmp.Id)
-				want := serialize(t, eth, ip, icmp, gopacket.Payload(icmp.Payload))
+				want := gpkt.Serialize(t, eth, ip, icmp, gopacket.Payload(icmp.Payload))
 				require.Equal(t, want, out[0], "checksums as gopacket computes them")
 			} else {
 				ip := pkt.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
@@ -120,7 +114,7 @@ func TestICMPEchoReply(t *testing.T) {
 				icmp := pkt.Layer(layers.LayerTypeICMPv6).(*layers.ICMPv6)
 				require.EqualValues(t, layers.ICMPv6TypeEchoReply, icmp.TypeCode.Type())
 				_ = icmp.SetNetworkLayerForChecksum(ip)
-				want := serialize(t, eth, ip, icmp, gopacket.Payload(icmp.Payload))
+				want := gpkt.Serialize(t, eth, ip, icmp, gopacket.Payload(icmp.Payload))
 				require.Equal(t, want, out[0], "checksums as gopacket computes them")
 			}
 
@@ -167,7 +161,7 @@ func TestICMPEchoRefused(t *testing.T) {
 			return corrupt(f, l4Off(f)+2)
 		}, true},
 		{"v4 first fragment", func() []byte {
-			f := serialize(t, &layers.Ethernet{SrcMAC: clientMAC, DstMAC: muxMAC, EthernetType: layers.EthernetTypeIPv4},
+			f := gpkt.Serialize(t, &layers.Ethernet{SrcMAC: clientMAC, DstMAC: muxMAC, EthernetType: layers.EthernetTypeIPv4},
 				&layers.IPv4{Version: 4, TTL: 17, Protocol: layers.IPProtocolICMPv4, Flags: layers.IPv4MoreFragments,
 					SrcIP: client4.AsSlice(), DstIP: vip4.AsSlice()},
 				&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoRequest, 0), Id: 1, Seq: 1},
@@ -217,8 +211,8 @@ func TestICMPErrorQuoteWithinDatagram(t *testing.T) {
 	qip := &layers.IPv4{Version: 4, TTL: 60, Protocol: layers.IPProtocolTCP, SrcIP: vip4.AsSlice(), DstIP: client.AsSlice()}
 	qtcp := &layers.TCP{SrcPort: 80, DstPort: 40000, ACK: true}
 	_ = qtcp.SetNetworkLayerForChecksum(qip)
-	quoted := serialize(t, qip, qtcp)
-	f := serialize(t,
+	quoted := gpkt.Serialize(t, qip, qtcp)
+	f := gpkt.Serialize(t,
 		&layers.Ethernet{SrcMAC: clientMAC, DstMAC: muxMAC, EthernetType: layers.EthernetTypeIPv4},
 		&layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolICMPv4, SrcIP: netip.MustParseAddr("198.18.0.254").AsSlice(), DstIP: vip4.AsSlice()},
 		&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeDestinationUnreachable, layers.ICMPv4CodeFragmentationNeeded), Seq: 1400},
@@ -249,8 +243,8 @@ func TestICMPErrorFollowsFlow(t *testing.T) {
 		qip := &layers.IPv4{Version: 4, TTL: 60, Protocol: layers.IPProtocolTCP, SrcIP: vip4.AsSlice(), DstIP: client.AsSlice(), Flags: layers.IPv4DontFragment}
 		qtcp := &layers.TCP{SrcPort: 80, DstPort: layers.TCPPort(sport), ACK: true, Window: 100}
 		_ = qtcp.SetNetworkLayerForChecksum(qip)
-		quoted := serialize(t, qip, qtcp)
-		fragNeeded := serialize(t,
+		quoted := gpkt.Serialize(t, qip, qtcp)
+		fragNeeded := gpkt.Serialize(t,
 			&layers.Ethernet{SrcMAC: clientMAC, DstMAC: muxMAC, EthernetType: layers.EthernetTypeIPv4},
 			&layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolICMPv4, SrcIP: router.AsSlice(), DstIP: vip4.AsSlice()},
 			&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeDestinationUnreachable, layers.ICMPv4CodeFragmentationNeeded), Seq: 1400},

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+
+	"github.com/xdplb/xdplb/internal/gpkt"
 )
 
 // Golden tests: gopacket is the independent oracle. Frames are built with
@@ -32,31 +34,6 @@ func payload(n int) gopacket.Payload {
 		p[i] = byte(i*7 + 3)
 	}
 	return p
-}
-
-// build serialises ls with gopacket, fixing lengths and computing every
-// checksum. Transport layers get their pseudo-header from the nearest IP
-// layer before them.
-func build(t testing.TB, ls ...gopacket.SerializableLayer) []byte {
-	t.Helper()
-	var netl gopacket.NetworkLayer
-	for _, l := range ls {
-		switch v := l.(type) {
-		case *layers.IPv4:
-			netl = v
-		case *layers.IPv6:
-			netl = v
-		case *layers.TCP:
-			noErr(t, v.SetNetworkLayerForChecksum(netl))
-		case *layers.UDP:
-			noErr(t, v.SetNetworkLayerForChecksum(netl))
-		case *layers.ICMPv6:
-			noErr(t, v.SetNetworkLayerForChecksum(netl))
-		}
-	}
-	buf := gopacket.NewSerializeBuffer()
-	noErr(t, gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...), "serialize")
-	return append([]byte(nil), buf.Bytes()...)
 }
 
 // Raw IPv6 extension headers gopacket can decode but not serialise.
@@ -136,7 +113,7 @@ func goldenFrames(t testing.TB) []struct {
 	// IPv6 with every walked extension header: HBH, DestOpts, Routing
 	// (segments left 0), Fragment (first, M set), then TCP, whose
 	// checksum gopacket computes over the fixed header's addresses.
-	tcp6 := build(t, ipv6Layer(layers.IPProtocolTCP), tcpLayer(443, 50000), payload(64))[IPv6Size:]
+	tcp6 := gpkt.Serialize(t, ipv6Layer(layers.IPProtocolTCP), tcpLayer(443, 50000), payload(64))[IPv6Size:]
 	ext := append(append(routingHeader(layers.IPProtocolIPv6Fragment, 0, v6C), fragmentHeader(layers.IPProtocolTCP, 0, true, 0xdeadbeef)...), tcp6...)
 	hbh := &layers.IPv6HopByHop{Options: []*layers.IPv6HopByHopOption{tlv(0x1e, 1, 2, 3, 4)}}
 	hbh.NextHeader = layers.IPProtocolIPv6Destination
@@ -146,14 +123,14 @@ func goldenFrames(t testing.TB) []struct {
 	ip6ext.HopByHop = hbh
 
 	// Non-first fragment: data after the fragment header is not a header.
-	ip6frag := build(t, ethLayer(layers.EthernetTypeIPv6), ipv6Layer(layers.IPProtocolIPv6Fragment),
+	ip6frag := gpkt.Serialize(t, ethLayer(layers.EthernetTypeIPv6), ipv6Layer(layers.IPProtocolIPv6Fragment),
 		gopacket.Payload(append(fragmentHeader(layers.IPProtocolUDP, 1448, false, 7), payload(40)...)))
 
 	// VXLAN carrying an inner tagged IPv4/TCP frame.
-	inner := build(t, ethLayer(layers.EthernetTypeDot1Q),
+	inner := gpkt.Serialize(t, ethLayer(layers.EthernetTypeDot1Q),
 		&layers.Dot1Q{VLANIdentifier: 42, Type: layers.EthernetTypeIPv4},
 		ipv4Layer(layers.IPProtocolTCP), tcpLayer(12345, 80), payload(10))
-	vx := build(t, ethLayer(layers.EthernetTypeIPv4), ipv4Layer(layers.IPProtocolUDP),
+	vx := gpkt.Serialize(t, ethLayer(layers.EthernetTypeIPv4), ipv4Layer(layers.IPProtocolUDP),
 		&layers.UDP{SrcPort: 51000, DstPort: VXLANPort},
 		&layers.VXLAN{ValidIDFlag: true, VNI: 0xabcdef}, gopacket.Payload(inner))
 
@@ -166,25 +143,25 @@ func goldenFrames(t testing.TB) []struct {
 		name  string
 		frame []byte
 	}{
-		{"qinq ipv4 options tcp options", build(t, ethLayer(layers.EthernetTypeQinQ),
+		{"qinq ipv4 options tcp options", gpkt.Serialize(t, ethLayer(layers.EthernetTypeQinQ),
 			&layers.Dot1Q{VLANIdentifier: 100, Type: layers.EthernetTypeDot1Q},
 			&layers.Dot1Q{VLANIdentifier: 200, Priority: 5, DropEligible: true, Type: layers.EthernetTypeIPv4},
 			ipOpts, tcpLayer(40000, 80), payload(33))},
-		{"ipv4 udp odd payload", build(t, ethLayer(layers.EthernetTypeIPv4), ipv4Layer(layers.IPProtocolUDP),
+		{"ipv4 udp odd payload", gpkt.Serialize(t, ethLayer(layers.EthernetTypeIPv4), ipv4Layer(layers.IPProtocolUDP),
 			&layers.UDP{SrcPort: 40001, DstPort: 40002}, payload(101))},
-		{"dot1q ipv4 udp", build(t, ethLayer(layers.EthernetTypeDot1Q),
+		{"dot1q ipv4 udp", gpkt.Serialize(t, ethLayer(layers.EthernetTypeDot1Q),
 			&layers.Dot1Q{VLANIdentifier: 4094, Type: layers.EthernetTypeIPv4},
 			ipv4Layer(layers.IPProtocolUDP), &layers.UDP{SrcPort: 1, DstPort: 65535}, payload(40))},
-		{"ipv4 icmp echo", build(t, ethLayer(layers.EthernetTypeIPv4), ipv4Layer(layers.IPProtocolICMPv4), icmp4Echo, payload(56))},
-		{"ipv4 icmp frag needed", build(t, ethLayer(layers.EthernetTypeIPv4), ipv4Layer(layers.IPProtocolICMPv4), icmp4Frag, gopacket.Payload(frag4Payload[4:]))},
-		{"ipv6 tcp", build(t, ethLayer(layers.EthernetTypeIPv6), ipv6Layer(layers.IPProtocolTCP), tcpLayer(443, 50000), payload(200))},
-		{"ipv6 udp", build(t, ethLayer(layers.EthernetTypeIPv6), ipv6Layer(layers.IPProtocolUDP), &layers.UDP{SrcPort: 40003, DstPort: 40004}, payload(31))},
-		{"ipv6 hbh destopts routing fragment tcp", build(t, ethLayer(layers.EthernetTypeIPv6), ip6ext, hbh, dst, gopacket.Payload(ext))},
+		{"ipv4 icmp echo", gpkt.Serialize(t, ethLayer(layers.EthernetTypeIPv4), ipv4Layer(layers.IPProtocolICMPv4), icmp4Echo, payload(56))},
+		{"ipv4 icmp frag needed", gpkt.Serialize(t, ethLayer(layers.EthernetTypeIPv4), ipv4Layer(layers.IPProtocolICMPv4), icmp4Frag, gopacket.Payload(frag4Payload[4:]))},
+		{"ipv6 tcp", gpkt.Serialize(t, ethLayer(layers.EthernetTypeIPv6), ipv6Layer(layers.IPProtocolTCP), tcpLayer(443, 50000), payload(200))},
+		{"ipv6 udp", gpkt.Serialize(t, ethLayer(layers.EthernetTypeIPv6), ipv6Layer(layers.IPProtocolUDP), &layers.UDP{SrcPort: 40003, DstPort: 40004}, payload(31))},
+		{"ipv6 hbh destopts routing fragment tcp", gpkt.Serialize(t, ethLayer(layers.EthernetTypeIPv6), ip6ext, hbh, dst, gopacket.Payload(ext))},
 		{"ipv6 non-first fragment", ip6frag},
-		{"ipv6 icmpv6 echo", build(t, ethLayer(layers.EthernetTypeIPv6), ipv6Layer(layers.IPProtocolICMPv6),
+		{"ipv6 icmpv6 echo", gpkt.Serialize(t, ethLayer(layers.EthernetTypeIPv6), ipv6Layer(layers.IPProtocolICMPv6),
 			&layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(layers.ICMPv6TypeEchoRequest, 0)},
 			&layers.ICMPv6Echo{Identifier: 0x1234, SeqNumber: 9}, payload(32))},
-		{"ipv6 icmpv6 packet too big", build(t, ethLayer(layers.EthernetTypeIPv6), ipv6Layer(layers.IPProtocolICMPv6),
+		{"ipv6 icmpv6 packet too big", gpkt.Serialize(t, ethLayer(layers.EthernetTypeIPv6), ipv6Layer(layers.IPProtocolICMPv6),
 			&layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(layers.ICMPv6TypePacketTooBig, 0)},
 			gopacket.Payload(append([]byte{0, 0, 0x05, 0x00}, payload(48)...)))},
 		{"vxlan inner dot1q ipv4 tcp", vx},

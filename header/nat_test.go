@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+
+	"github.com/xdplb/xdplb/internal/gpkt"
 )
 
 // refL4Valid verifies a TCP/UDP/ICMPv6 checksum independently of the fast
@@ -61,7 +63,7 @@ func natFrames(t testing.TB) []struct {
 		u.SetChecksum(0)
 		return frame
 	}
-	nonFirst4 := build(t, ethLayer(layers.EthernetTypeIPv4),
+	nonFirst4 := gpkt.Serialize(t, ethLayer(layers.EthernetTypeIPv4),
 		&layers.IPv4{Version: 4, Id: 5, FragOffset: 185, TTL: 9, Protocol: layers.IPProtocolTCP, SrcIP: v4A, DstIP: v4B},
 		payload(64))
 	return []struct {
@@ -217,7 +219,7 @@ func TestRewrite(t *testing.T) {
 // the whole datagram: the incremental update in the first fragment is right
 // for the reassembled datagram.
 func TestRewriteIPv4Fragments(t *testing.T) {
-	whole := build(t, ipv4Layer(layers.IPProtocolTCP), tcpLayer(40000, 80), payload(200))
+	whole := gpkt.Serialize(t, ipv4Layer(layers.IPProtocolTCP), tcpLayer(40000, 80), payload(200))
 	ip := IPv4(whole)
 	seg := ip.Payload()
 	cut := 96 // multiple of 8
@@ -267,8 +269,8 @@ func TestRewriteIPv6RoutingSegmentsLeft(t *testing.T) {
 	// TCP checksum over pseudo-header with final destination v6C.
 	final := ipv6Layer(layers.IPProtocolTCP)
 	final.DstIP = v6C
-	tcp := build(t, final, tcpLayer(443, 50000), payload(20))[IPv6Size:]
-	frame := build(t, ethLayer(layers.EthernetTypeIPv6), ipv6Layer(layers.IPProtocolIPv6Routing),
+	tcp := gpkt.Serialize(t, final, tcpLayer(443, 50000), payload(20))[IPv6Size:]
+	frame := gpkt.Serialize(t, ethLayer(layers.EthernetTypeIPv6), ipv6Layer(layers.IPProtocolIPv6Routing),
 		gopacket.Payload(append(routingHeader(layers.IPProtocolTCP, 1, v6C), tcp...)))
 	ip := IPv6(frame[EthernetSize:])
 	_, off, _, err := ip.TransportHeader()

@@ -14,6 +14,7 @@ import (
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/internal/benchutil"
+	"github.com/xdplb/xdplb/internal/gpkt"
 	"github.com/xdplb/xdplb/nat"
 )
 
@@ -105,7 +106,7 @@ func haBenchFrames(tb testing.TB, n int) (in [][]byte, ret [2][][]byte) {
 	for i := 0; i < n; i++ {
 		be := haBackends[i%2]
 		c := haBenchClient(i)
-		inner := serialize(tb, tcpLayers(be.mac, net.HardwareAddr{2, 0, 0, 0, 0xee, 1}, c, pipeVIP, false, true, data)...)
+		inner := gpkt.Serialize(tb, tcpLayers(be.mac, net.HardwareAddr{2, 0, 0, 0, 0xee, 1}, c, pipeVIP, false, true, data)...)
 		eth := &layers.Ethernet{SrcMAC: routerMAC, DstMAC: uplinkMAC, EthernetType: layers.EthernetTypeIPv4}
 		ip := &layers.IPv4{Version: 4, TTL: 64, Flags: layers.IPv4DontFragment, Protocol: layers.IPProtocolUDP,
 			SrcIP: pipeMux.AsSlice(), DstIP: pipeHost.AsSlice()}
@@ -114,7 +115,7 @@ func haBenchFrames(tb testing.TB, n int) (in [][]byte, ret [2][][]byte) {
 		vx := &layers.VXLAN{ValidIDFlag: true, VNI: 100}
 		require.NoError(tb, gopacket.SerializeLayers(buf, opts, eth, ip, udp, vx, gopacket.Payload(inner)))
 		in = append(in, append([]byte(nil), buf.Bytes()...))
-		ret[i%2] = append(ret[i%2], serialize(tb, tcpLayers(uplinkMAC, be.mac, be.dip, c, false, true, data)...))
+		ret[i%2] = append(ret[i%2], gpkt.Serialize(tb, tcpLayers(uplinkMAC, be.mac, be.dip, c, false, true, data)...))
 	}
 	return in, ret
 }

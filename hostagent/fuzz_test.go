@@ -673,9 +673,9 @@ func pipelineSeeds(tb testing.TB) []pipelineSeed {
 
 	// The round trip of TestPipelinesDSRRoundTrip.
 	inA, inB := vxlanFrame(tb, macA, "GET /"), vxlanFrame(tb, macB, "GET /")
-	replyA := serialize(tb, tcpLayers(uplinkMAC, macA, dipA, pipeClient, true, true, "")...)
-	replyB := serialize(tb, tcpLayers(uplinkMAC, macB, dipB, pipeClient, true, true, "")...)
-	finA := serialize(tb, tcpLayers(uplinkMAC, macA, dipA, pipeClient, false, true, "bye")...)
+	replyA := gpkt.Serialize(tb, tcpLayers(uplinkMAC, macA, dipA, pipeClient, true, true, "")...)
+	replyB := gpkt.Serialize(tb, tcpLayers(uplinkMAC, macB, dipB, pipeClient, true, true, "")...)
+	finA := gpkt.Serialize(tb, tcpLayers(uplinkMAC, macA, dipA, pipeClient, false, true, "bye")...)
 	finA[14+20+13] |= 0x01 // FIN (the checksum is then wrong: a fuzzer's kind of input)
 	badIPSum := append([]byte(nil), replyA...)
 	badIPSum[14+10] ^= 0x5a // a wrong IPv4 header checksum stays wrong
@@ -684,7 +684,7 @@ func pipelineSeeds(tb testing.TB) []pipelineSeed {
 	client := func(syn, ack bool, payload string) []gopacket.SerializableLayer {
 		return tcpLayers(macA, clientMAC, pipeClient, pipeVIP, syn, ack, payload)
 	}
-	ack := serialize(tb, client(false, true, "more data")...)
+	ack := gpkt.Serialize(tb, client(false, true, "more data")...)
 	frag1 := client(false, true, "first fragment, with the ports")
 	frag1[1].(*layers.IPv4).Flags = layers.IPv4MoreFragments
 	fragN := client(false, true, "")
@@ -703,7 +703,7 @@ func pipelineSeeds(tb testing.TB) []pipelineSeed {
 		u := &layers.UDP{SrcPort: 40001, DstPort: 80}
 		if csum {
 			_ = u.SetNetworkLayerForChecksum(ip)
-			return serialize(tb, eth, ip, u, gopacket.Payload("no UDP VIP"))
+			return gpkt.Serialize(tb, eth, ip, u, gopacket.Payload("no UDP VIP"))
 		}
 		buf := gopacket.NewSerializeBuffer()
 		require.NoError(tb, gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true}, eth, ip, u, gopacket.Payload("no checksum")))
@@ -718,7 +718,7 @@ func pipelineSeeds(tb testing.TB) []pipelineSeed {
 			SrcIP: net.ParseIP("2001:db8:5::2"), DstIP: net.ParseIP("2001:db8:100::1")}
 		tcp := &layers.TCP{SrcPort: 40000, DstPort: 80, SYN: true, Window: 1000}
 		_ = tcp.SetNetworkLayerForChecksum(ip)
-		return serialize(tb, eth, ip, tcp, gopacket.Payload("v6"))
+		return gpkt.Serialize(tb, eth, ip, tcp, gopacket.Payload("v6"))
 	}
 
 	// ICMP errors. Inbound: a router about the VIP's reply to the client,
@@ -728,10 +728,10 @@ func pipelineSeeds(tb testing.TB) []pipelineSeed {
 		eth := &layers.Ethernet{SrcMAC: srcMAC, DstMAC: dstMAC, EthernetType: layers.EthernetTypeIPv4}
 		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolICMPv4, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
 		icmp := &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeDestinationUnreachable, code), Seq: 1400}
-		return serialize(tb, eth, ip, icmp, gopacket.Payload(quote))
+		return gpkt.Serialize(tb, eth, ip, icmp, gopacket.Payload(quote))
 	}
-	vipReply := serialize(tb, tcpLayers(clientMAC, macA, pipeVIP, pipeClient, true, true, "")[1:]...)
-	toDIP := serialize(tb, tcpLayers(macA, clientMAC, pipeClient, dipA, true, false, "GET /")[1:]...)
+	vipReply := gpkt.Serialize(tb, tcpLayers(clientMAC, macA, pipeVIP, pipeClient, true, true, "")[1:]...)
+	toDIP := gpkt.Serialize(tb, tcpLayers(macA, clientMAC, pipeClient, dipA, true, false, "GET /")[1:]...)
 	routerErr := icmpErr(macA, clientMAC, router, pipeVIP.Addr(), layers.ICMPv4CodeFragmentationNeeded, vipReply)
 	routerErrShort := icmpErr(macA, clientMAC, router, pipeVIP.Addr(), layers.ICMPv4CodeFragmentationNeeded, vipReply[:28])
 	vmErr := icmpErr(uplinkMAC, macA, dipA.Addr(), pipeClient.Addr(), layers.ICMPv4CodePort, toDIP)
@@ -744,9 +744,9 @@ func pipelineSeeds(tb testing.TB) []pipelineSeed {
 	fragReply := tcpLayers(uplinkMAC, macA, dipA, pipeClient, false, true, "")
 	fragReply[1].(*layers.IPv4).FragOffset = 3
 	fragReply = append(fragReply[:2], gopacket.Payload("tail of a reply"))
-	toInfra := serialize(tb, tcpLayers(uplinkMAC, macA, dipA, netip.MustParseAddrPort("198.18.1.2:5000"), true, true, "")...)
-	synOut := serialize(tb, tcpLayers(uplinkMAC, macA, dipA, pipeClient, true, false, "")...)
-	wrongVM := serialize(tb, tcpLayers(uplinkMAC, macB, dipB, pipeClient, false, true, "from vm_b's DIP on vm_a")...)
+	toInfra := gpkt.Serialize(tb, tcpLayers(uplinkMAC, macA, dipA, netip.MustParseAddrPort("198.18.1.2:5000"), true, true, "")...)
+	synOut := gpkt.Serialize(tb, tcpLayers(uplinkMAC, macA, dipA, pipeClient, true, false, "")...)
+	wrongVM := gpkt.Serialize(tb, tcpLayers(uplinkMAC, macB, dipB, pipeClient, false, true, "from vm_b's DIP on vm_a")...)
 
 	// Malformed VXLAN.
 	noI := wrapVXLAN(tb, ack, func(_ *layers.IPv4, vx *layers.VXLAN) { vx.ValidIDFlag = false })
@@ -756,7 +756,7 @@ func pipelineSeeds(tb testing.TB) []pipelineSeed {
 		ip := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
 		udp := p.Layer(layers.LayerTypeUDP).(*layers.UDP)
 		_ = udp.SetNetworkLayerForChecksum(ip)
-		return serialize(tb, eth, ip, udp, gopacket.Payload{0x08, 0, 0})
+		return gpkt.Serialize(tb, eth, ip, udp, gopacket.Payload{0x08, 0, 0})
 	}()
 	ce := func(ip *layers.IPv4, _ *layers.VXLAN) { ip.TOS = ecnCE }
 	ect1 := func(ip *layers.IPv4, _ *layers.VXLAN) { ip.TOS = ecnECT1 }
@@ -776,11 +776,11 @@ func pipelineSeeds(tb testing.TB) []pipelineSeed {
 		conv(inA, 1, wrongVM),
 		conv(inB, 1, replyA),
 		conv(wrapVXLAN(tb, ack, nil), 1, replyA),
-		up(wrapVXLAN(tb, serialize(tb, frag1...), nil)),
-		up(wrapVXLAN(tb, serialize(tb, fragN...), nil)),
-		up(wrapVXLAN(tb, serialize(tb, vlan...), nil)),
-		up(wrapVXLAN(tb, serialize(tb, ect0...), ce)),
-		up(wrapVXLAN(tb, serialize(tb, ect0...), ect1)),
+		up(wrapVXLAN(tb, gpkt.Serialize(tb, frag1...), nil)),
+		up(wrapVXLAN(tb, gpkt.Serialize(tb, fragN...), nil)),
+		up(wrapVXLAN(tb, gpkt.Serialize(tb, vlan...), nil)),
+		up(wrapVXLAN(tb, gpkt.Serialize(tb, ect0...), ce)),
+		up(wrapVXLAN(tb, gpkt.Serialize(tb, ect0...), ect1)),
 		up(wrapVXLAN(tb, ack, ce)),
 		up(wrapVXLAN(tb, udpIn(true), nil)),
 		up(wrapVXLAN(tb, udpIn(false), nil)),
@@ -798,7 +798,7 @@ func pipelineSeeds(tb testing.TB) []pipelineSeed {
 		{port1: 1, frame1: replyA},
 		{port1: 2, frame1: replyB},
 		{port1: 1, frame1: vmErr},
-		{port1: 1, frame1: serialize(tb, fragReply...)},
+		{port1: 1, frame1: gpkt.Serialize(tb, fragReply...)},
 		{port1: 1, frame1: badIPSum},
 		{port1: 1, frame1: toInfra},
 		{port1: 1, frame1: inA}, // VXLAN from a VM: not the VM port's business
@@ -821,7 +821,7 @@ func wrapVXLAN(tb testing.TB, inner []byte, edit func(*layers.IPv4, *layers.VXLA
 		edit(ip, vx)
 	}
 	_ = udp.SetNetworkLayerForChecksum(ip)
-	return serialize(tb, eth, ip, udp, vx, gopacket.Payload(inner))
+	return gpkt.Serialize(tb, eth, ip, udp, vx, gopacket.Payload(inner))
 }
 
 // arpRequest is an ARP request on the uplink: not IP at all.

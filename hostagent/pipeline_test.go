@@ -14,6 +14,7 @@ import (
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/engine/nexthop"
+	"github.com/xdplb/xdplb/internal/gpkt"
 	"github.com/xdplb/xdplb/nat"
 )
 
@@ -100,12 +101,6 @@ func newPipeRig(t testing.TB, capture bool) *pipeRig {
 	return r
 }
 
-func serialize(t testing.TB, ls ...gopacket.SerializableLayer) []byte {
-	buf := gopacket.NewSerializeBuffer()
-	require.NoError(t, gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...))
-	return append([]byte(nil), buf.Bytes()...)
-}
-
 // tcpLayers are Ethernet/IPv4/TCP headers with a payload.
 func tcpLayers(dstMAC, srcMAC net.HardwareAddr, src, dst netip.AddrPort, syn, ack bool, payload string) []gopacket.SerializableLayer {
 	eth := &layers.Ethernet{SrcMAC: srcMAC, DstMAC: dstMAC, EthernetType: layers.EthernetTypeIPv4}
@@ -118,14 +113,14 @@ func tcpLayers(dstMAC, srcMAC net.HardwareAddr, src, dst netip.AddrPort, syn, ac
 // vxlanFrame is what a Mux sends: the client's frame to the VIP, inner
 // destination the backend's MAC, in VXLAN to the host.
 func vxlanFrame(t testing.TB, backendMAC net.HardwareAddr, payload string) []byte {
-	inner := serialize(t, tcpLayers(backendMAC, net.HardwareAddr{2, 0, 0, 0, 0xee, 1}, pipeClient, pipeVIP, true, false, payload)...)
+	inner := gpkt.Serialize(t, tcpLayers(backendMAC, net.HardwareAddr{2, 0, 0, 0, 0xee, 1}, pipeClient, pipeVIP, true, false, payload)...)
 	eth := &layers.Ethernet{SrcMAC: routerMAC, DstMAC: uplinkMAC, EthernetType: layers.EthernetTypeIPv4}
 	ip := &layers.IPv4{Version: 4, TTL: 64, Flags: layers.IPv4DontFragment, Protocol: layers.IPProtocolUDP,
 		SrcIP: pipeMux.AsSlice(), DstIP: pipeHost.AsSlice()}
 	udp := &layers.UDP{SrcPort: 50000, DstPort: 4789}
 	_ = udp.SetNetworkLayerForChecksum(ip)
 	vx := &layers.VXLAN{ValidIDFlag: true, VNI: 100}
-	return serialize(t, eth, ip, udp, vx, gopacket.Payload(inner))
+	return gpkt.Serialize(t, eth, ip, udp, vx, gopacket.Payload(inner))
 }
 
 // decodeTCP decodes a frame with gopacket and checks its checksums.
@@ -137,7 +132,7 @@ func decodeTCP(t testing.TB, f []byte) (eth *layers.Ethernet, src, dst netip.Add
 	ip := pkt.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
 	tcp = pkt.Layer(layers.LayerTypeTCP).(*layers.TCP)
 	// Recompute the checksums over the decoded layers: they must agree.
-	want := serialize(t, tcpLayers(eth.DstMAC, eth.SrcMAC,
+	want := gpkt.Serialize(t, tcpLayers(eth.DstMAC, eth.SrcMAC,
 		netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip.SrcIP.To4())), uint16(tcp.SrcPort)),
 		netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip.DstIP.To4())), uint16(tcp.DstPort)), tcp.SYN, tcp.ACK, string(tcp.Payload))...)
 	wpkt := gopacket.NewPacket(want, layers.LayerTypeEthernet, gopacket.Default)
@@ -179,7 +174,7 @@ func TestPipelinesDSRRoundTrip(t *testing.T) {
 
 			// Return: the VM's SYN-ACK → the uplink, DIP → VIP, to the
 			// router's MAC.
-			r.ports[tc.port].Inject(serialize(t, tcpLayers(uplinkMAC, tc.mac, tc.dip, pipeClient, true, true, "")...))
+			r.ports[tc.port].Inject(gpkt.Serialize(t, tcpLayers(uplinkMAC, tc.mac, tc.dip, pipeClient, true, true, "")...))
 			r.w.Poll()
 			back := r.ports[UplinkPort].Transmitted()
 			require.Len(t, back, 1)
@@ -200,7 +195,7 @@ func TestPipelinesDrops(t *testing.T) {
 	// VXLAN for a MAC no VM has, and a VM reply to an infrastructure
 	// address (a probe answer the steering would have passed).
 	r.ports[UplinkPort].Inject(vxlanFrame(t, net.HardwareAddr{2, 0, 0, 0, 9, 9}, "x"))
-	r.ports[1].Inject(serialize(t, tcpLayers(uplinkMAC, net.HardwareAddr{2, 0, 0, 0, 4, 1},
+	r.ports[1].Inject(gpkt.Serialize(t, tcpLayers(uplinkMAC, net.HardwareAddr{2, 0, 0, 0, 4, 1},
 		netip.MustParseAddrPort("198.18.4.1:8080"), netip.MustParseAddrPort("198.18.1.2:5000"), true, true, "")...))
 	r.w.Poll()
 	for _, p := range r.ports {
@@ -214,7 +209,7 @@ func TestPipelinesDrops(t *testing.T) {
 func TestPipelinesNoAllocs(t *testing.T) {
 	r := newPipeRig(t, false)
 	in := vxlanFrame(t, net.HardwareAddr{2, 0, 0, 0, 4, 1}, "GET /")
-	reply := serialize(t, tcpLayers(uplinkMAC, net.HardwareAddr{2, 0, 0, 0, 4, 1},
+	reply := gpkt.Serialize(t, tcpLayers(uplinkMAC, net.HardwareAddr{2, 0, 0, 0, 4, 1},
 		netip.MustParseAddrPort("198.18.4.1:8080"), pipeClient, false, true, "200 OK")...)
 	batch := func(f []byte) [][]byte {
 		fs := make([][]byte, engine.MaxBatch)

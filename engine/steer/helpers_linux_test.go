@@ -15,6 +15,8 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/xdplb/xdplb/internal/gpkt"
 )
 
 // Test addresses: 198.18.0.0/15 and 2001:db8::/32 only.
@@ -180,14 +182,6 @@ func (s pkt) withVLAN() pkt { s.vlan = true; return s }
 
 func (s pkt) withExt(nh byte) pkt { s.ext6, s.hasExt = nh, true; return s }
 
-func serialize(tb testing.TB, ls ...gopacket.SerializableLayer) []byte {
-	tb.Helper()
-	buf := gopacket.NewSerializeBuffer()
-	opts := gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}
-	require.NoError(tb, gopacket.SerializeLayers(buf, opts, ls...))
-	return buf.Bytes()
-}
-
 func ethLayers(s pkt, typ layers.EthernetType) []gopacket.SerializableLayer {
 	eth := &layers.Ethernet{SrcMAC: macA, DstMAC: macB, EthernetType: typ}
 	if !s.vlan {
@@ -207,19 +201,19 @@ func (s pkt) l4(tb testing.TB, nl gopacket.NetworkLayer) []byte {
 	case layers.IPProtocolTCP:
 		t := &layers.TCP{SrcPort: layers.TCPPort(s.sport), DstPort: layers.TCPPort(s.dport), SYN: true, Window: 1024}
 		require.NoError(tb, t.SetNetworkLayerForChecksum(nl))
-		return serialize(tb, t, payload)
+		return gpkt.Serialize(tb, t, payload)
 	case layers.IPProtocolUDP:
 		u := &layers.UDP{SrcPort: layers.UDPPort(s.sport), DstPort: layers.UDPPort(s.dport)}
 		require.NoError(tb, u.SetNetworkLayerForChecksum(nl))
-		return serialize(tb, u, payload)
+		return gpkt.Serialize(tb, u, payload)
 	case layers.IPProtocolICMPv4:
-		return serialize(tb, &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoRequest, 0)}, payload)
+		return gpkt.Serialize(tb, &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoRequest, 0)}, payload)
 	case layers.IPProtocolICMPv6:
 		i := &layers.ICMPv6{TypeCode: s.icmp6}
 		require.NoError(tb, i.SetNetworkLayerForChecksum(nl))
-		return serialize(tb, i, gopacket.Payload(make([]byte, 20)))
+		return gpkt.Serialize(tb, i, gopacket.Payload(make([]byte, 20)))
 	}
-	return serialize(tb, payload)
+	return gpkt.Serialize(tb, payload)
 }
 
 func (s pkt) frame(tb testing.TB) []byte {
@@ -237,7 +231,7 @@ func (s pkt) frame(tb testing.TB) []byte {
 		if s.fragOff != 0 {
 			body = append([]byte("fragment"), s.payload...) // no L4 header
 		}
-		return serialize(tb, append(ethLayers(s, layers.EthernetTypeIPv4), ip, gopacket.Payload(body))...)
+		return gpkt.Serialize(tb, append(ethLayers(s, layers.EthernetTypeIPv4), ip, gopacket.Payload(body))...)
 	}
 	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: s.proto,
 		SrcIP: s.src.AsSlice(), DstIP: s.dst.AsSlice()}
@@ -255,7 +249,7 @@ func (s pkt) frame(tb testing.TB) []byte {
 		ip.NextHeader = layers.IPProtocol(s.ext6)
 		body = append(ext[:], body...)
 	}
-	return serialize(tb, append(ethLayers(s, layers.EthernetTypeIPv6), ip, gopacket.Payload(body))...)
+	return gpkt.Serialize(tb, append(ethLayers(s, layers.EthernetTypeIPv6), ip, gopacket.Payload(body))...)
 }
 
 func arpFrame(tb testing.TB, vlan bool) []byte {
@@ -263,13 +257,13 @@ func arpFrame(tb testing.TB, vlan bool) []byte {
 		HwAddressSize: 6, ProtAddressSize: 4, Operation: layers.ARPRequest,
 		SourceHwAddress: macA, SourceProtAddress: client4.AsSlice(),
 		DstHwAddress: make([]byte, 6), DstProtAddress: vipAny4.AsSlice()}
-	return serialize(tb, append(ethLayers(pkt{vlan: vlan}, layers.EthernetTypeARP), a)...)
+	return gpkt.Serialize(tb, append(ethLayers(pkt{vlan: vlan}, layers.EthernetTypeARP), a)...)
 }
 
 // vxlanFrame is VXLAN to dst:port carrying an inner Ethernet/IPv4/TCP frame.
 func vxlanFrame(tb testing.TB, src, dst netip.Addr, port uint16) []byte {
 	inner := pkt{src: client4, dst: vipPort4, proto: layers.IPProtocolTCP, sport: 40000, dport: 80}.frame(tb)
-	vx := serialize(tb, &layers.VXLAN{ValidIDFlag: true, VNI: 4242}, gopacket.Payload(inner))
+	vx := gpkt.Serialize(tb, &layers.VXLAN{ValidIDFlag: true, VNI: 4242}, gopacket.Payload(inner))
 	s := udp(src, dst, 51000, port)
 	s.payload = vx
 	return s.frame(tb)
