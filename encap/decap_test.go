@@ -13,6 +13,7 @@ import (
 	"github.com/xdplb/xdplb/encap"
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/header"
+	"github.com/xdplb/xdplb/internal/gpkt"
 )
 
 func newDecap(t testing.TB, cfg encap.DecapConfig, lt *encap.LocalTable) *encap.Decap {
@@ -229,7 +230,7 @@ func TestDecapECN(t *testing.T) {
 				if base.src.Is4() {
 					ip := header.IPv4(got[14:])
 					assert.Equal(t, uint8(0xa0|tc.want), ip.TOS())
-					assert.Equal(t, uint32(0xffff), sum16(got[14:34], 0), "inner IPv4 checksum")
+					assert.Equal(t, uint16(0xffff), gpkt.Sum(got[14:34], 0), "inner IPv4 checksum")
 				} else {
 					assert.Equal(t, uint8(0xa0|tc.want), header.IPv6(got[14:]).TrafficClass())
 					assert.Equal(t, uint32(0x12345), header.IPv6(got[14:]).FlowLabel())

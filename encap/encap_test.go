@@ -15,6 +15,7 @@ import (
 	"github.com/xdplb/xdplb/encap"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/header"
+	"github.com/xdplb/xdplb/internal/gpkt"
 )
 
 // wantEncap builds with gopacket the frame Encap must produce around inner
@@ -110,7 +111,7 @@ func TestEncapGolden(t *testing.T) {
 				assert.Equal(t, tc.inner.tos, ip.TOS)
 				assert.Equal(t, src.AsSlice(), []byte(ip.SrcIP.To4()))
 				assert.Equal(t, host.AsSlice(), []byte(ip.DstIP.To4()))
-				assert.Equal(t, uint32(0xffff), sum16(got[14:34], 0), "IPv4 header checksum")
+				assert.Equal(t, uint16(0xffff), gpkt.Sum(got[14:34], 0), "IPv4 header checksum")
 				ipLen, iphdr = int(ip.Length), 20
 			case *layers.IPv6:
 				require.True(t, host.Is6())
@@ -132,7 +133,7 @@ func TestEncapGolden(t *testing.T) {
 				assert.Zero(t, u.Checksum)
 			default:
 				seg := got[14+iphdr:]
-				assert.Equal(t, uint32(0xffff), sum16(seg, pseudo(got[22:38], got[38:54], 17, len(seg))), "UDP checksum over IPv6")
+				assert.Equal(t, uint16(0xffff), gpkt.Sum(seg, pseudo(got[22:38], got[38:54], 17, len(seg))), "UDP checksum over IPv6")
 			}
 			vx := ls[3].(*layers.VXLAN)
 			assert.True(t, vx.ValidIDFlag)

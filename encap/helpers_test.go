@@ -15,6 +15,7 @@ import (
 	"github.com/xdplb/xdplb/engine/nexthop"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/header"
+	"github.com/xdplb/xdplb/internal/gpkt"
 )
 
 // Test addresses: 198.18.0.0/15 and 2001:db8::/32 only.
@@ -224,24 +225,10 @@ func withDst(frame []byte, dst header.MAC, src *header.MAC) []byte {
 	return f
 }
 
-// sum16 is a plain RFC 1071 one's-complement sum, independent of package
-// header's optimised one.
-func sum16(b []byte, init uint32) uint32 {
-	s := init
-	for i := 0; i+1 < len(b); i += 2 {
-		s += uint32(b[i])<<8 | uint32(b[i+1])
-	}
-	if len(b)%2 == 1 {
-		s += uint32(b[len(b)-1]) << 8
-	}
-	for s > 0xffff {
-		s = s>>16 + s&0xffff
-	}
-	return s
-}
-
-func pseudo(src, dst []byte, proto uint8, n int) uint32 {
-	return sum16(dst, sum16(src, uint32(proto)+uint32(n)))
+// pseudo is the folded sum of the TCP/UDP/ICMPv6 pseudo-header over
+// IPv6 (RFC 8200 8.1), by the plain RFC 1071 sum of internal/gpkt.
+func pseudo(src, dst []byte, proto uint8, n int) uint16 {
+	return gpkt.Sum(dst, gpkt.Sum(src, gpkt.Sum([]byte{byte(n >> 8), byte(n), 0, proto}, 0)))
 }
 
 // fakeResolver answers from a map and counts lookups.

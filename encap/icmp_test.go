@@ -15,6 +15,7 @@ import (
 	"github.com/xdplb/xdplb/encap"
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/internal/gpkt"
 )
 
 // wantICMP builds with gopacket the error Encap must turn orig (an
@@ -104,11 +105,11 @@ func TestICMPTooBigGolden(t *testing.T) {
 				assert.Equal(t, vip4.AsSlice(), []byte(ip.SrcIP.To4()))
 				assert.Equal(t, client4.AsSlice(), []byte(ip.DstIP.To4()))
 				assert.Equal(t, 576, int(ip.Length), "RFC 1812: at most 576 bytes")
-				assert.Equal(t, uint32(0xffff), sum16(got[l3:l3+20], 0), "IP header checksum")
+				assert.Equal(t, uint16(0xffff), gpkt.Sum(got[l3:l3+20], 0), "IP header checksum")
 				ic := pk.Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4)
 				assert.Equal(t, layers.CreateICMPv4TypeCode(3, 4), ic.TypeCode)
 				assert.Equal(t, uint16(tc.mtu), ic.Seq, "next-hop MTU")
-				assert.Equal(t, uint32(0xffff), sum16(got[l3+20:], 0), "ICMP checksum")
+				assert.Equal(t, uint16(0xffff), gpkt.Sum(got[l3+20:], 0), "ICMP checksum")
 				quote = ic.Payload
 			} else {
 				ip := pk.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
@@ -119,7 +120,7 @@ func TestICMPTooBigGolden(t *testing.T) {
 				assert.Equal(t, layers.CreateICMPv6TypeCode(2, 0), ic.TypeCode)
 				assert.Equal(t, tc.mtu, binary.BigEndian.Uint32(ic.Payload))
 				seg := got[l3+40:]
-				assert.Equal(t, uint32(0xffff), sum16(seg, pseudo(got[l3+8:l3+24], got[l3+24:l3+40], 58, len(seg))), "ICMPv6 checksum")
+				assert.Equal(t, uint16(0xffff), gpkt.Sum(seg, pseudo(got[l3+8:l3+24], got[l3+24:l3+40], 58, len(seg))), "ICMPv6 checksum")
 				quote = ic.Payload[4:]
 			}
 			// The quote starts with the original IP header.

@@ -4,23 +4,9 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"testing"
-)
 
-// referenceChecksum is the plain RFC 1071 sum: big-endian 16-bit words,
-// one at a time, odd byte padded on the right, carries folded at the end.
-func referenceChecksum(b []byte, initial uint16) uint16 {
-	s := uint64(initial)
-	for i := 0; i+1 < len(b); i += 2 {
-		s += uint64(b[i])<<8 | uint64(b[i+1])
-	}
-	if len(b)%2 == 1 {
-		s += uint64(b[len(b)-1]) << 8
-	}
-	for s > 0xffff {
-		s = s>>16 + s&0xffff
-	}
-	return uint16(s)
-}
+	"github.com/xdplb/xdplb/internal/gpkt"
+)
 
 func TestChecksumKnownValues(t *testing.T) {
 	tests := []struct {
@@ -42,7 +28,7 @@ func TestChecksumKnownValues(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			equal(t, tt.want, Checksum(tt.b, tt.init))
-			equal(t, tt.want, referenceChecksum(tt.b, tt.init))
+			equal(t, tt.want, gpkt.Sum(tt.b, tt.init))
 		})
 	}
 }
@@ -69,7 +55,7 @@ func TestChecksumRandomAlignments(t *testing.T) {
 					b[j] = 0xff
 				}
 			}
-			got, want := Checksum(b, initial), referenceChecksum(b, initial)
+			got, want := Checksum(b, initial), gpkt.Sum(b, initial)
 			if got != want {
 				t.Fatalf("len %d align %d initial %#x: Checksum=%#04x reference=%#04x", n, align, initial, got, want)
 			}
@@ -172,11 +158,11 @@ func TestPseudoHeaderChecksum(t *testing.T) {
 	src4, dst4 := []byte{198, 18, 0, 1}, []byte{198, 18, 0, 2}
 	// Reference: lay out the RFC 768 pseudo-header and sum it.
 	ph := append(append(append([]byte{}, src4...), dst4...), 0, ProtoUDP, 0x01, 0x23)
-	equal(t, referenceChecksum(ph, 0), PseudoHeaderChecksum(ProtoUDP, src4, dst4, 0x0123))
+	equal(t, gpkt.Sum(ph, 0), PseudoHeaderChecksum(ProtoUDP, src4, dst4, 0x0123))
 
 	src6 := []byte{0x20, 0x01, 0x0d, 0xb8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
 	dst6 := []byte{0x20, 0x01, 0x0d, 0xb8, 0xff, 0xfe, 0xfd, 0xfc, 0xfb, 0xfa, 0xf9, 0xf8, 0xf7, 0xf6, 0xf5, 0xf4}
 	// RFC 8200 section 8.1: 32-bit length, 3 zero bytes, next header.
 	ph6 := append(append(append([]byte{}, src6...), dst6...), 0, 0, 0x05, 0xdc, 0, 0, 0, ProtoTCP)
-	equal(t, referenceChecksum(ph6, 0), PseudoHeaderChecksum(ProtoTCP, src6, dst6, 1500))
+	equal(t, gpkt.Sum(ph6, 0), PseudoHeaderChecksum(ProtoTCP, src6, dst6, 1500))
 }

@@ -23,7 +23,7 @@ func refL4Valid(src, dst []byte, proto uint8, l4 []byte) bool {
 	} else {
 		ph = append(ph, 0, 0, byte(len(l4)>>8), byte(len(l4)), 0, 0, 0, proto)
 	}
-	return referenceChecksum(append(ph, l4...), 0) == 0xffff
+	return gpkt.Sum(append(ph, l4...), 0) == 0xffff
 }
 
 var (
