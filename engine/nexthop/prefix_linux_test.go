@@ -36,6 +36,16 @@ type labFamily struct {
 	hopA, hopB     Hop
 }
 
+// routedViaA is newRouted with each family's remote prefix routed via
+// gateway A, and a resolver with the default Config on the Mux.
+func routedViaA(t *testing.T) (routed, *Resolver) {
+	l := newRouted(t)
+	for _, f := range l.families() {
+		require.NoError(t, l.mux.AddRoute(f.remote, f.gwA))
+	}
+	return l, startResolver(t, l.mux, Config{})
+}
+
 func newRouted(t *testing.T) routed {
 	lab := netlab.New(t, "nhp")
 	var l routed
@@ -118,11 +128,7 @@ func assertDisjoint(t *testing.T, ps []netip.Prefix) {
 // Many destinations behind one gateway route cost one resolution: the
 // first learns the route's prefix and every other one is answered at once.
 func TestPrefixOneResolution(t *testing.T) {
-	l := newRouted(t)
-	for _, f := range l.families() {
-		require.NoError(t, l.mux.AddRoute(f.remote, f.gwA))
-	}
-	r := startResolver(t, l.mux, Config{})
+	l, r := routedViaA(t)
 	ctx := testCtx(t)
 	for i, f := range l.families() {
 		t.Run(f.name, func(t *testing.T) {
@@ -158,11 +164,7 @@ func TestPrefixOneResolution(t *testing.T) {
 // it and no others; deleting it brings them back; deleting the covering
 // route makes them unroutable.
 func TestPrefixMoreSpecificRoute(t *testing.T) {
-	l := newRouted(t)
-	for _, f := range l.families() {
-		require.NoError(t, l.mux.AddRoute(f.remote, f.gwA))
-	}
-	r := startResolver(t, l.mux, Config{})
+	l, r := routedViaA(t)
 	ctx := testCtx(t)
 	for _, f := range l.families() {
 		t.Run(f.name, func(t *testing.T) {
@@ -275,11 +277,7 @@ func ipnet(s string) *net.IPNet {
 // A neighbour change of the gateway updates the prefix entry, with no FIB
 // lookup.
 func TestPrefixGatewayMACChange(t *testing.T) {
-	l := newRouted(t)
-	for _, f := range l.families() {
-		require.NoError(t, l.mux.AddRoute(f.remote, f.gwA))
-	}
-	r := startResolver(t, l.mux, Config{})
+	l, r := routedViaA(t)
 	ctx := testCtx(t)
 	for _, f := range l.families() {
 		t.Run(f.name, func(t *testing.T) {
@@ -386,11 +384,7 @@ func TestPrefixRefreshAndIdle(t *testing.T) {
 // kernel drops IPv4 routes of a downed link without a route notification:
 // the link notification is what tells).
 func TestPrefixLinkDown(t *testing.T) {
-	l := newRouted(t)
-	for _, f := range l.families() {
-		require.NoError(t, l.mux.AddRoute(f.remote, f.gwA))
-	}
-	r := startResolver(t, l.mux, Config{})
+	l, r := routedViaA(t)
 	ctx := testCtx(t)
 	fams := l.families()
 	for _, f := range fams {
@@ -434,11 +428,7 @@ func assertCounts(t *testing.T, r *Resolver) {
 // that destination (RTM_GETROUTE without FIB match), whatever prefix
 // entries the resolver learned along the way.
 func TestPrefixChurnMatchesKernel(t *testing.T) {
-	l := newRouted(t)
-	for _, f := range l.families() {
-		require.NoError(t, l.mux.AddRoute(f.remote, f.gwA))
-	}
-	r := startResolver(t, l.mux, Config{})
+	l, r := routedViaA(t)
 	h := l.mux.Netlink()
 	rng := rand.New(rand.NewPCG(9, 10))
 	for _, f := range l.families() {
