@@ -7,8 +7,6 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
+	"github.com/xdplb/xdplb/internal/fleetlab"
 	"github.com/xdplb/xdplb/internal/netlab"
 )
 
@@ -51,7 +50,7 @@ func TestL2fwd(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var logs lockedBuffer
+	var logs fleetlab.LockedBuffer
 	cmd := dut.Command(ctx, bin, "-in", "d0", "-out", "d1", "-dst-mac", s0.MAC.String(), "-stats", "0")
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	require.NoError(t, cmd.Start())
@@ -111,23 +110,4 @@ func TestL2fwd(t *testing.T) {
 	d0, err := dut.Link("d0")
 	require.NoError(t, err)
 	require.False(t, d0.Attrs().Xdp != nil && d0.Attrs().Xdp.Attached, "l2fwd leaves no XDP program behind")
-}
-
-// lockedBuffer collects a process's output, written by exec's copying
-// goroutine while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

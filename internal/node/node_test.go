@@ -1,39 +1,22 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdplb/xdplb/internal/fleetlab"
 )
-
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestSide: Stop cancels every side goroutine and waits for it; a failure
 // is logged with the node's prefix, a cancellation is not.
 func TestSide(t *testing.T) {
-	var out lockedBuf
+	var out fleetlab.LockedBuffer
 	s := NewSide(slog.New(slog.NewTextHandler(&out, nil)), "mux")
 	var done atomic.Int32
 	s.Go("waiter", func(ctx context.Context) error { <-ctx.Done(); done.Add(1); return ctx.Err() })
