@@ -809,21 +809,6 @@ func pipelineSeeds(tb testing.TB) []pipelineSeed {
 	}
 }
 
-// wrapVXLAN puts inner in the outer headers of vxlanFrame (Mux to host,
-// VNI 100), which edit may change.
-func wrapVXLAN(tb testing.TB, inner []byte, edit func(*layers.IPv4, *layers.VXLAN)) []byte {
-	p := gopacket.NewPacket(vxlanFrame(tb, fuzzVMs[1].mac, ""), layers.LayerTypeEthernet, gopacket.Default)
-	eth := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
-	ip := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
-	udp := p.Layer(layers.LayerTypeUDP).(*layers.UDP)
-	vx := p.Layer(layers.LayerTypeVXLAN).(*layers.VXLAN)
-	if edit != nil {
-		edit(ip, vx)
-	}
-	_ = udp.SetNetworkLayerForChecksum(ip)
-	return gpkt.Serialize(tb, eth, ip, udp, vx, gopacket.Payload(inner))
-}
-
 // arpRequest is an ARP request on the uplink: not IP at all.
 func arpRequest() []byte {
 	b := make([]byte, 42)

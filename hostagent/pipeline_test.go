@@ -114,13 +114,22 @@ func tcpLayers(dstMAC, srcMAC net.HardwareAddr, src, dst netip.AddrPort, syn, ac
 // destination the backend's MAC, in VXLAN to the host.
 func vxlanFrame(t testing.TB, backendMAC net.HardwareAddr, payload string) []byte {
 	inner := gpkt.Serialize(t, tcpLayers(backendMAC, net.HardwareAddr{2, 0, 0, 0, 0xee, 1}, pipeClient, pipeVIP, true, false, payload)...)
+	return wrapVXLAN(t, inner, nil)
+}
+
+// wrapVXLAN puts the frame inner in VXLAN from the Mux to the host (VNI
+// 100); edit, when not nil, may change the outer IPv4 and VXLAN headers
+// first.
+func wrapVXLAN(tb testing.TB, inner []byte, edit func(*layers.IPv4, *layers.VXLAN)) []byte {
 	eth := &layers.Ethernet{SrcMAC: routerMAC, DstMAC: uplinkMAC, EthernetType: layers.EthernetTypeIPv4}
 	ip := &layers.IPv4{Version: 4, TTL: 64, Flags: layers.IPv4DontFragment, Protocol: layers.IPProtocolUDP,
 		SrcIP: pipeMux.AsSlice(), DstIP: pipeHost.AsSlice()}
 	udp := &layers.UDP{SrcPort: 50000, DstPort: 4789}
-	_ = udp.SetNetworkLayerForChecksum(ip)
 	vx := &layers.VXLAN{ValidIDFlag: true, VNI: 100}
-	return gpkt.Serialize(t, eth, ip, udp, vx, gopacket.Payload(inner))
+	if edit != nil {
+		edit(ip, vx)
+	}
+	return gpkt.Serialize(tb, eth, ip, udp, vx, gopacket.Payload(inner))
 }
 
 // decodeTCP decodes a frame with gopacket and checks its checksums.
