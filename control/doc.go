@@ -104,7 +104,8 @@
 //	address         required  the DIP, in the VIP's family
 //	port            0         DIP port; 0 = the packet's destination port
 //	mac             required  the DIP's MAC (inner Ethernet destination), unicast
-//	host            required  the DIP host's physical address (VXLAN outer destination)
+//	host            required  the DIP host's physical address (VXLAN outer destination); a host
+//	                          without a Host Agent (a kernel vxlan device) is not in hosts[]
 //	weight          1         0..65535 relative share of new flows; 0 drains
 //	state           active    active | draining (no new flows); health checks add "down"
 //

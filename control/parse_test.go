@@ -441,6 +441,33 @@ func TestParseDualStackVM(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// A backend on a host that runs no Host Agent (a plain kernel vxlan
+// device: the README's "Backends without a Host Agent") is listed in its
+// VIP only: its host is not in the hosts section, which lists the Host
+// Agents' hosts, and its DIP is the host's own address with port 0 (the
+// packet's port: nothing on the host translates it).
+func TestParseBackendWithoutHostAgent(t *testing.T) {
+	d, err := Parse([]byte(base + `      - name: kvx-3
+        address: 198.19.0.3
+        mac: "02:00:00:00:03:00"
+        host: 198.19.0.3
+hosts:
+  - address: 198.19.0.1
+    vms:
+      - {address: 198.19.1.1, mac: "02:00:00:00:01:01", interface: vm-a}
+`))
+	require.NoError(t, err)
+	require.Len(t, d.Hosts, 1)
+	_, listed := d.Host("198.19.0.3")
+	require.False(t, listed)
+	b := d.VIPs[0].Backends[1]
+	require.Equal(t, Backend{Name: "kvx-3", Address: netip.MustParseAddr("198.19.0.3"), MAC: [6]byte{2, 0, 0, 0, 3, 0},
+		Host: netip.MustParseAddr("198.19.0.3"), Weight: DefaultWeight, State: flow.BackendActive}, b)
+	rules := d.Rules(nil)
+	require.Len(t, rules[0].Backends, 2)
+	require.Equal(t, netip.MustParseAddr("198.19.0.3"), rules[0].Backends[1].Host, "the Muxes send its VXLAN to its host")
+}
+
 func TestSuggest(t *testing.T) {
 	for _, c := range []struct{ key, want string }{
 		{"adress", "address"},
