@@ -59,6 +59,10 @@ type Service struct {
 type Host struct {
 	Name string
 	Addr netip.Addr // where the Muxes send VXLAN
+	// NoAgent marks a host that runs no Host Agent (KernelVXLAN): the
+	// hosts section leaves it out, and its backends keep the packet's
+	// port (port 0), since nothing on the host translates it.
+	NoAgent bool
 }
 
 // Doc describes one version of a lab's desired-state document. Document
@@ -103,7 +107,11 @@ func (d *Doc) Document() *control.Document {
 			if w == 0 {
 				w = control.DefaultWeight
 			}
-			v.Backends = append(v.Backends, control.Backend{Name: vm.Name, Address: vm.Addr, Port: s.DIPPort,
+			port := s.DIPPort
+			if d.Hosts[vm.Host-1].NoAgent {
+				port = 0
+			}
+			v.Backends = append(v.Backends, control.Backend{Name: vm.Name, Address: vm.Addr, Port: port,
 				MAC: [6]byte(vm.MAC), Host: d.Hosts[vm.Host-1].Addr, Weight: w})
 		}
 		doc.VIPs = append(doc.VIPs, v)
@@ -112,6 +120,9 @@ func (d *Doc) Document() *control.Document {
 		return doc
 	}
 	for j, h := range d.Hosts {
+		if h.NoAgent {
+			continue
+		}
 		host := control.Host{Name: h.Name, Address: h.Addr, VXLANPort: control.DefaultVXLANPort}
 		for _, vm := range d.Pool {
 			if vm.Host != j+1 || vm.Port == "" {
