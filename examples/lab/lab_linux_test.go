@@ -24,7 +24,7 @@ func TestLabRuns(t *testing.T) {
 	t.Logf("lab output:\n%s", out)
 	require.NoError(t, err)
 	require.Regexp(t, `HTTP: [1-9][0-9]* requests .* 0 errors`, string(out))
-	for _, vm := range vms {
+	for _, vm := range pool {
 		m := regexp.MustCompile(vm.Name + ` ` + regexp.QuoteMeta(vm.Addr.String()) + `\s+host\d\s+\d+\s+[\d.]+%\s+(\d+)`).FindStringSubmatch(string(out))
 		require.NotNil(t, m, "%s in the report", vm.Name)
 		n, _ := strconv.Atoi(m[1])

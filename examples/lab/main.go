@@ -7,8 +7,10 @@
 //
 // It builds two clients, a router (BIRD 2 speaking BGP with the Muxes when
 // it is installed, else static ECMP routes), two Muxes and two hosts with
-// two VMs each, every VM running a small HTTP server and a UDP echo; it
-// starts a Mux on each Mux namespace and a Host Agent on each host (this
+// two VMs each, every VM running a small HTTP server and a UDP echo, and a
+// third host without a Host Agent (a kernel vxlan device holding the VIP,
+// its servers on the VIP's ports); it starts a Mux on each Mux namespace
+// and a Host Agent on each of the first two hosts (this
 // same binary, re-executed in the namespace with -role), sends HTTP
 // requests (one connection each) and UDP datagrams to the VIP for
 // -duration, prints what happened — connections per DIP against the
@@ -17,7 +19,8 @@
 // leaves the topology up until Ctrl-C.
 //
 // Replies take the Direct Server Return path: VM → Host Agent (DIP→VIP) →
-// router → client, never through a Mux.
+// router → client, or host3's server (from the VIP) → router → client,
+// never through a Mux.
 //
 // Addresses are 198.18.0.0/15 only, inside the lab's namespaces. Needs
 // root (namespaces, XDP, AF_XDP).
@@ -114,7 +117,7 @@ func run(ctx context.Context, duration time.Duration, conns int, keep bool) (err
 		os.RemoveAll(dir)
 	}()
 
-	fmt.Println("building the topology: 2 clients, router, 2 Muxes, 2 hosts, 4 VMs")
+	fmt.Println("building the topology: 2 clients, router, 2 Muxes, 2 hosts, 4 VMs, host3 with a kernel vxlan device")
 	if err := t.build(); err != nil {
 		return err
 	}
@@ -210,14 +213,18 @@ func runRole(role, ifname, config, host, metricsAddr string) error {
 }
 
 // serveVMs starts every VM's HTTP server (DIP:8080, answering the VM's
-// name) and UDP echo (DIP:7007, answering "name: payload").
+// name) and UDP echo (DIP:7007, answering "name: payload"), and host3's
+// (the VIP's ports 80 and 7 on the VIP, HTTP also on host3's address for
+// the probes).
 func (t *topo) serveVMs() error {
 	for _, vm := range vms {
 		if _, err := fleetlab.ServeVM(t.VMs[vm.Name], vm.Name, vm.Addr, dipTCP, dipUDP); err != nil {
 			return err
 		}
 	}
-	return nil
+	kvx := pool[len(pool)-1]
+	_, err := fleetlab.ServeKernelVXLAN(t.kernel, kernelHost, kvx.Name, vipTCP, vipUDP)
+	return err
 }
 
 // waitReady waits until the router routes the VIP over both Muxes, every
@@ -240,7 +247,7 @@ func waitReady(ctx context.Context, t *topo) error {
 			if err != nil {
 				return false
 			}
-			for _, vm := range vms {
+			for _, vm := range pool {
 				if m[fmt.Sprintf(`xdplb_backend_up{backend=%q,vip="web"}`, vm.Name)] != 1 {
 					return false
 				}
@@ -364,7 +371,7 @@ func scrape(n *netlab.NS, addr string) (map[string]float64, error) {
 func report(t *topo, res *results, before, after map[string]map[string]float64, conns int) {
 	total := 0
 	weights := 0
-	for _, vm := range vms {
+	for _, vm := range pool {
 		total += res.perDIP[vm.Name]
 		weights += int(vm.Weight)
 	}
@@ -376,7 +383,7 @@ func report(t *topo, res *results, before, after map[string]map[string]float64, 
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "DIP\thost\tweight\texpected share\tconnections\tshare\t")
-	for _, vm := range vms {
+	for _, vm := range pool {
 		share := 0.0
 		if total > 0 {
 			share = float64(res.perDIP[vm.Name]) / float64(total)
@@ -413,6 +420,7 @@ func report(t *topo, res *results, before, after map[string]map[string]float64, 
 		}
 		fmt.Printf("%s  drops %v\n", line, drops)
 	}
+	fmt.Println("  " + kernelReport(t))
 	fmt.Println("  (the Muxes carry only the client → VIP direction; replies leave the hosts straight for the router)")
 
 	fmt.Println("\nrouter's route table:")
@@ -430,6 +438,21 @@ func indent(s string) string {
 		b.WriteString("  " + l + "\n")
 	}
 	return b.String()
+}
+
+// kernelReport describes host3, which has no /metrics: what its vxlan
+// device received and its kernel's checksum errors, since the lab started.
+func kernelReport(t *topo) string {
+	st, err := fleetlab.LinkStats(t.kernel, kernelHost.Device())
+	if err != nil {
+		return "host3 " + err.Error()
+	}
+	c, err := fleetlab.SNMP(t.kernel)
+	if err != nil {
+		return "host3 " + err.Error()
+	}
+	return fmt.Sprintf("host3 kernel VXLAN, no Host Agent, since the start: %s rx %d, TcpInCsumErrors %d, UdpInCsumErrors %d",
+		kernelHost.Device(), st.RxPackets, c["Tcp.InCsumErrors"], c["Udp.InCsumErrors"])
 }
 
 // tail returns the last n lines of a file.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/xdplb/xdplb/flow"
@@ -22,7 +23,12 @@ import (
 //	mux1    [up 198.18.1.2]  ─ [m1 198.18.1.1]  ├ router (BIRD 2, or static ECMP routes)
 //	mux2    [up 198.18.2.2]  ─ [m2 198.18.2.1]  ┤
 //	host1   [up 198.18.21.2] ─ [h1 198.18.21.1] ┤   host1: vm1 ─ vm11 (198.18.31.1), vm2 ─ vm12 (198.18.31.2)
-//	host2   [up 198.18.22.2] ─ [h2 198.18.22.1] ┘   host2: vm1 ─ vm21 (198.18.32.1), vm2 ─ vm22 (198.18.32.2)
+//	host2   [up 198.18.22.2] ─ [h2 198.18.22.1] ┤   host2: vm1 ─ vm21 (198.18.32.1), vm2 ─ vm22 (198.18.32.2)
+//	host3   [up 198.18.23.2] ─ [h3 198.18.23.1] ┘   host3: no Host Agent, a kernel vxlan device holding the VIP
+//
+// host3 is a backend without a Host Agent (fleetlab.FleetKernelVXLAN, the
+// README's "Backends without a Host Agent"): its servers listen on the
+// VIP's own ports and answer from the VIP by the kernel alone.
 const (
 	vipTCP  = 80
 	vipUDP  = 7
@@ -35,6 +41,11 @@ var (
 	vip = fleetlab.FleetVIP.String()
 	// vms are the VMs, their hosts and weights (fleetlab.FleetVMs).
 	vms = fleetlab.FleetVMs()
+	// kernelHost is host3, the backend host without a Host Agent, and
+	// kvx3 its backend in the pool, weight 2.
+	kernelHost = fleetlab.FleetKernelVXLAN()
+	// pool is every backend of the VIP: the VMs, then host3's.
+	pool = slices.Concat(vms, []fleetlab.VM{kernelHost.Backend("kvx3", 3, 2)})
 	// services are the VIP's two services: HTTP, probed by TCP, and a
 	// UDP echo.
 	services = []fleetlab.Service{
@@ -54,6 +65,8 @@ type topo struct {
 	*fleetlab.Fleet
 	bird  *fleetlab.BIRD // nil when the router uses static routes
 	procs []*proc
+
+	kernel *netlab.NS // host3's namespace
 }
 
 // build makes the namespaces, links, addresses, routes and neighbours.
@@ -63,7 +76,8 @@ func (t *topo) build() error {
 		return err
 	}
 	t.Fleet = f
-	return nil
+	t.kernel, err = f.AttachKernelVXLAN(kernelHost, "h3", fleetlab.FleetKernelVXLANSubnet)
+	return err
 }
 
 // writeDocument writes version 1 of the document for mux (0: the Host
@@ -74,7 +88,9 @@ func (t *topo) writeDocument(mux int) (string, error) {
 		name = fmt.Sprintf("mux%d.yaml", mux)
 	}
 	path := filepath.Join(t.dir, name)
-	return path, fleetlab.WriteDocument(path, fleetlab.FleetDoc(1, mux, t.bird != nil, services, vms))
+	d := fleetlab.FleetDoc(1, mux, t.bird != nil, services, pool)
+	d.Hosts = append(d.Hosts, kernelHost.Host()) // host3: kvx3's host, left out of the hosts section
+	return path, fleetlab.WriteDocument(path, d)
 }
 
 // routeVIP makes the router reach the VIP: BIRD learns it from the Muxes
