@@ -81,6 +81,9 @@ type Agent struct {
 	retired engine.Stats
 	retNAT  nat.Stats
 	builds  uint64
+
+	partialMu sync.Mutex
+	partial   map[string]*engine.PartialChecksums // by input interface
 }
 
 // New checks cfg and prepares an Agent; Run starts it.

@@ -43,6 +43,11 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	nodemetrics.Engine(ch, a.Stats())
+	a.partialMu.Lock()
+	for ifname, s := range a.partial {
+		nodemetrics.PartialChecksums(ch, ifname, s)
+	}
+	a.partialMu.Unlock()
 
 	ns := a.NATStats()
 	counter(descNAT, ns.Inbound, "inbound")
