@@ -185,6 +185,8 @@ func addNAT(s, o nat.Stats) nat.Stats {
 	s.NewFlows += o.NewFlows
 	s.TableRefused += o.TableRefused
 	s.ICMPErrors += o.ICMPErrors
+	s.Direct += o.Direct
+	s.DirectFlows += o.DirectFlows
 	return s
 }
 

@@ -127,7 +127,10 @@ func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *
 		workers = n
 	}
 
-	if dp.nat, err = nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra}); err != nil {
+	// Direct connections to a DIP (not through a VIP) leave by the slow
+	// path untranslated: the host's kernel routes them.
+	if dp.nat, err = nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra,
+		Direct: slowPort(plan), HasDirect: true}); err != nil {
 		return nil, fmt.Errorf("hostagent: %w", err)
 	}
 	dp.nat.SetLocals(dips)

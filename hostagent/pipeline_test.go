@@ -65,7 +65,7 @@ func (fixedHop) Version() uint64 { return 1 }
 type pipeRig struct {
 	a     *Agent
 	w     *engine.Worker
-	ports []*engine.MemPort // uplink, vm_a, vm_b
+	ports []*engine.MemPort // uplink, vm_a, vm_b, slow path
 	tr    *nat.Translator
 }
 
@@ -85,14 +85,16 @@ func newPipeRigDoc(t testing.TB, text string, capture bool) *pipeRig {
 	plan, dips := a.plan, a.dips
 	a.mu.Unlock()
 
-	tr, err := nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra})
+	tr, err := nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra,
+		Direct: slowPort(plan), HasDirect: true})
 	require.NoError(t, err)
 	tr.SetLocals(dips)
 	inbound, returns, err := a.pipelines(plan, tr, uplinkIndex, fixedHop{})
 	require.NoError(t, err)
 	r := &pipeRig{a: a, tr: tr}
 	cfg := engine.WorkerConfig{Inputs: []engine.Input{{Port: UplinkPort, Pipeline: inbound}}}
-	for i := 0; i < 1+len(plan.Ports); i++ {
+	// The uplink, the VM ports and the slow path (direct connections).
+	for i := 0; i < 2+len(plan.Ports); i++ {
 		p, err := engine.NewMemPort(engine.MemPortConfig{Capture: capture})
 		require.NoError(t, err)
 		r.ports = append(r.ports, p)
