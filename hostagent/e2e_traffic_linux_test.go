@@ -1,12 +1,15 @@
 package hostagent_test
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -155,4 +158,102 @@ func (l *fleetLab) partialCompleted() map[string]float64 {
 		sum(fmt.Sprintf("host%d", j+1), m, err)
 	}
 	return out
+}
+
+// TestFleetDirectConnections: a backend's service port is reached without
+// the VIP — by a neighbour VM on the same host, by a VM on another host,
+// by the client straight at the DIP — beside VIP traffic to the same port.
+// The VM's SYN-ACK has no NAT state, so its Host Agent passes the
+// connection on untranslated instead of rewriting it to the VIP (which
+// would make the other end reset it). Then a Host Agent restart: VIP
+// connections kept open across it still work (the stateless fallback,
+// which direct-connection recognition must not take away).
+func TestFleetDirectConnections(t *testing.T) {
+	l := newFleetLab(t)
+	get := func(from *netlab.NS, src netip.Addr, dst netip.AddrPort) (string, error) {
+		var body []byte
+		err := from.Do(func() error {
+			d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0)), Timeout: 5 * time.Second}
+			c, err := d.Dial("tcp4", dst.String())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := fmt.Fprintf(c, "GET /?q=direct HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", dst.Addr()); err != nil {
+				return err
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			body, err = io.ReadAll(resp.Body)
+			return err
+		})
+		name, _, _ := strings.Cut(string(body), " ")
+		return name, err
+	}
+	dip := func(name string) netip.AddrPort { return netip.AddrPortFrom(vmAddr(name), flDIPPort) }
+	cases := []struct {
+		what     string
+		from     *netlab.NS
+		src      netip.Addr
+		to       string
+		wantHost int // the host whose agent sees the direct connection
+	}{
+		{"vm11 to its neighbour vm12 (same host)", l.fleet.VMs["vm11"], vmAddr("vm11"), "vm12", 0},
+		{"vm11 to vm21 (across hosts)", l.fleet.VMs["vm11"], vmAddr("vm11"), "vm21", 1},
+		{"vm22 to vm11 (across hosts)", l.fleet.VMs["vm22"], vmAddr("vm22"), "vm11", 0},
+		{"the client straight to vm22's DIP", l.client, flClient, "vm22", 1},
+	}
+	before := [2]float64{}
+	for j := range l.agents {
+		m, err := l.agentMetrics(j)
+		require.NoError(t, err)
+		before[j] = m[`xdplb_nat_packets_total{outcome="direct"}`]
+	}
+	for round := range 3 {
+		for _, tc := range cases {
+			name, err := get(tc.from, tc.src, dip(tc.to))
+			require.NoError(t, err, "%s (round %d)", tc.what, round)
+			require.Equal(t, tc.to, name, tc.what)
+			// VIP traffic to the same service port, in between.
+			_, err = l.oneShot(l.nextPort(), fmt.Sprintf("vip%d", round), 5*time.Second)
+			require.NoError(t, err, "through the VIP after %s", tc.what)
+		}
+	}
+	for j := range l.agents {
+		m, err := l.agentMetrics(j)
+		require.NoError(t, err)
+		require.Positive(t, m[`xdplb_nat_packets_total{outcome="direct"}`]-before[j], "host%d passed no direct packet", j+1)
+	}
+
+	// VIP connections to every VM, kept open across a restart of both
+	// Host Agents.
+	o := l.oracle()
+	var kept []*flConn
+	for _, vm := range l.pool {
+		port := l.nextPort()
+		for o.pick(port) != vm.Name {
+			port = l.nextPort()
+		}
+		c, err := l.dial(port, 5*time.Second)
+		require.NoError(t, err)
+		defer c.close()
+		name, err := c.get("before", false, 5*time.Second)
+		require.NoError(t, err)
+		require.Equal(t, vm.Name, name)
+		kept = append(kept, c)
+	}
+	for j := range l.agents {
+		require.NoError(t, l.agents[j].Stop(10*time.Second), "host%d agent stop", j+1)
+		l.startAgent(j)
+	}
+	l.waitApplied(l.version)
+	for i, c := range kept {
+		name, err := c.get("after", false, 15*time.Second)
+		require.NoError(t, err, "kept VIP connection to %s after the agents restarted", l.pool[i].Name)
+		require.Equal(t, l.pool[i].Name, name)
+	}
 }
