@@ -5,11 +5,16 @@
 // ports, the VIP rules (flow.Rules) and the infrastructure prefixes — and
 // runs the two halves of Direct Server Return:
 //
-//	uplink RX  → VXLAN Decap (local DIP by VNI, inner MAC) → nat.Inbound (VIP→DIP) → TX VM port
-//	VM port RX → Parse (the port's VNI) → nat.Return (DIP→VIP) → NextHop (L3Dst)  → TX uplink
+//	uplink RX  → VXLAN Decap (local DIP by VNI, inner MAC) → PartialChecksums → nat.Inbound (VIP→DIP) → TX VM port
+//	VM port RX → Parse (the port's VNI) → PartialChecksums → nat.Return (DIP→VIP) → NextHop (L3Dst)  → TX uplink
 //
 // Replies leave straight for the client's next hop: the Mux never sees
-// them.
+// them. engine.PartialChecksums completes the TCP/UDP checksums that VMs
+// and containers on the host — and clients on a Mux's machine — leave to
+// offload, before NAT rewrites them; nothing on the interfaces needs to be
+// configured. The packets of a direct connection to a DIP (not through a
+// VIP; see package nat) leave nat.Return untranslated for the slow path,
+// whose kernel routes them.
 //
 // # Steering
 //
@@ -44,8 +49,13 @@
 // (same host address and VXLAN port, same VM ports and VNIs, same
 // infrastructure prefixes) the rules, endpoints, DIPs and steering rules
 // are swapped live; otherwise the running data path keeps the previous
-// version until the agent has stopped it and built a new one. The NAT table
-// survives rebuilds, so established connections keep their translation.
+// version until the agent has stopped it and built a new one. A rebuild
+// hands the interfaces it keeps over whole: their steering programs stay
+// attached and their AF_XDP sockets stay bound, so what arrives while the
+// workers are replaced waits in the sockets' rings and nothing is dropped
+// or leaks to the kernel untranslated (TestFleetReloadNewDIPKeepsConnections
+// asserts that the client retransmits nothing). The NAT table survives
+// rebuilds, so established connections keep their translation.
 //
 // # Limits
 //

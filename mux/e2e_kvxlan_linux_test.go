@@ -196,7 +196,11 @@ func snmp(t *testing.T, n *netlab.NS) map[string]int64 {
 	t.Helper()
 	c, err := fleetlab.SNMP(n)
 	require.NoError(t, err)
-	return c
+	out := make(map[string]int64, len(c))
+	for k, v := range c {
+		out[k] = int64(v) // for differences
+	}
+	return out
 }
 
 // framesToMuxes returns how many frames the router sent on its links to

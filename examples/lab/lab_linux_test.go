@@ -14,8 +14,9 @@ import (
 )
 
 // TestLabRuns builds the lab and runs it briefly, as a user would: it
-// must exit 0 with every request answered, every DIP serving and nothing
-// left behind.
+// must exit 0 with every request and every UDP datagram answered, every
+// DIP serving, every node completing the partial checksums of senders that
+// keep their offloads, and nothing left behind.
 func TestLabRuns(t *testing.T) {
 	netlab.RequireRoot(t)
 	dir := t.TempDir()
@@ -24,6 +25,16 @@ func TestLabRuns(t *testing.T) {
 	t.Logf("lab output:\n%s", out)
 	require.NoError(t, err)
 	require.Regexp(t, `HTTP: [1-9][0-9]* requests .* 0 errors`, string(out))
+	// UDP through the VIP: every datagram answered, by the VIP.
+	require.Regexp(t, `UDP echo: [1-9][0-9]* datagrams sent .* 0 lost, 0 wrong`, string(out))
+	// Clients and VMs keep the kernel's checksum offload: every node
+	// completed partial checksums.
+	for _, node := range []string{"mux1", "mux2", "host1", "host2"} {
+		require.Regexp(t, `(?m)^  `+node+` .* partial checksums completed [1-9][0-9]* `, string(out), node)
+	}
+	// host3, without a Host Agent, gets finished checksums from the
+	// Muxes: its kernel counts no checksum error.
+	require.Regexp(t, `host3 kernel VXLAN, no Host Agent, since the start: vxlan100 rx [1-9][0-9]*, TcpInCsumErrors 0, UdpInCsumErrors 0`, string(out))
 	for _, vm := range pool {
 		m := regexp.MustCompile(vm.Name + ` ` + regexp.QuoteMeta(vm.Addr.String()) + `\s+host\d\s+\d+\s+[\d.]+%\s+(\d+)`).FindStringSubmatch(string(out))
 		require.NotNil(t, m, "%s in the report", vm.Name)

@@ -1,25 +1,26 @@
 package fleetlab
 
 import (
-	"bytes"
+	"fmt"
 	"os"
 
 	"github.com/xdplb/xdplb/internal/netlab"
 )
 
-// SNMP returns the kernel's protocol counters in namespace n
-// (/proc/net/snmp there, ParseSNMP), e.g. "Tcp.InCsumErrors",
-// "Udp.InCsumErrors", "Tcp.OutSegs".
-func SNMP(n *netlab.NS) (map[string]int64, error) {
-	var b []byte
-	// /proc/net is the namespace of the reading process's main thread;
-	// /proc/thread-self/net is the calling thread's, the one n.Do moved.
-	err := n.Do(func() (err error) {
-		b, err = os.ReadFile("/proc/thread-self/net/snmp")
+// SNMP returns the IP stack counters of namespace n (/proc/net/snmp, as
+// nstat reads them), keyed "Proto.Name": "Tcp.InCsumErrors",
+// "Udp.InCsumErrors", "Tcp.RetransSegs", ...
+func SNMP(n *netlab.NS) (map[string]uint64, error) {
+	var text []byte
+	err := n.Do(func() error {
+		// thread-self: the namespace of this (locked) thread, not the
+		// process's main thread's.
+		var err error
+		text, err = os.ReadFile("/proc/thread-self/net/snmp")
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("fleetlab: %s: snmp: %w", n.Name(), err)
 	}
-	return ParseSNMP(bytes.NewReader(b))
+	return ParseSNMP(string(text))
 }
