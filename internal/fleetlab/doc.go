@@ -8,7 +8,9 @@
 //     to it by a veth pair on a /24 of its own (Star, Star.Attach); the
 //     fleet of the lab (Fleet: clients, two Muxes, two hosts with VMs);
 //     VMs wired to their host's VM ports (WireVM) and their servers
-//     (ServeVM: HTTP and UDP echo answering with the VM's name);
+//     (ServeVM: HTTP and UDP echo answering with the VM's name); a
+//     backend host without a Host Agent, a kernel vxlan device holding
+//     the VIP (KernelVXLAN, Star.AttachKernelVXLAN, ServeKernelVXLAN);
 //   - the desired-state document of such a lab (Doc, FleetDoc), built as a
 //     control.Document and marshalled, never templated by hand;
 //   - BIRD 2 as the router: its configuration (BIRDConfig), the daemon
