@@ -204,8 +204,9 @@ func TestWatcherSlowInPlaceWriter(t *testing.T) {
 				if tc.settleEach && i < len(ls)-1 {
 					require.Eventually(t, func() bool {
 						clk.Advance(settle)
-						return w.Status().Rejected > rejected
-					}, hang, time.Millisecond, "waiting for prefix of line %d to be refused", i+1)
+						st := w.Status()
+						return st.Rejected > rejected || st.Applied > 1
+					}, hang, time.Millisecond, "waiting for prefix of line %d to be settled on", i+1)
 					st := w.Status()
 					require.EqualValues(t, 1, st.Version, "prefix of line %d", i+1)
 					require.ErrorIs(t, st.LastError, ErrInvalid, "prefix of line %d", i+1)

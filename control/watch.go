@@ -168,8 +168,9 @@ func NewWatcher(path string, opts WatcherOptions) *Watcher {
 	}
 }
 
-// Reload asks Run to read the file again now, even if its content did not
-// change (so a document apply refused can be retried). It does not wait.
+// Reload asks Run to read the file again, once it has settled, even if its
+// content did not change (so a document apply refused is retried at once).
+// It does not wait.
 func (w *Watcher) Reload() {
 	select {
 	case w.reload <- struct{}{}:
