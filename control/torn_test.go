@@ -138,33 +138,41 @@ func marshalled(t *testing.T, data []byte) []byte {
 	return b
 }
 
-// A slow writer writes example.yaml in place, line by line, while the
-// Watcher reads the prefixes it leaves. No partial document is applied,
-// and the complete one is applied once the writer is done:
+// A slow writer writes example.yaml line by line while the Watcher reads
+// what it leaves. No partial document is applied, and the complete one is
+// applied once the writer is done:
 //
-//   - events: the directory reports every write, and the writer pauses
-//     for less than the settle time between lines (fake time);
-//   - polled: the file system reports nothing (Poll finds changes), and
-//     the writer pauses for less than the settle time: the two reads a
-//     settle time apart never agree until the file is complete;
-//   - sealed: the writer stalls for longer than the settle time after
-//     every line, so the Watcher settles on every prefix, and the
-//     checksum refuses each.
-func TestWatcherSlowInPlaceWriter(t *testing.T) {
+//   - events: in place; the directory reports every write, and the writer
+//     pauses for less than the settle time between lines (fake time);
+//   - polled: in place; the file system reports nothing (Poll finds
+//     changes), and the writer pauses for less than the settle time: the
+//     two reads a settle time apart never agree until the file is complete;
+//   - sealed: in place; the writer stalls for longer than the settle time
+//     after every line, so the Watcher settles on every prefix, and the
+//     checksum refuses each;
+//   - rename: the writer stalls as long into a temporary file, then
+//     renames it over the document (the safe way): the Watcher never even
+//     sees a partial document.
+func TestWatcherSlowWriter(t *testing.T) {
 	const settle = 100 * time.Millisecond
 	example := readExample(t)
+	type how int
+	const (
+		events how = iota
+		polled     // no directory events; poll every settle/2
+		sealed     // after each line, wait until the Watcher settled on the prefix and refused it
+		rename     // write a temporary file, rename it over the document
+	)
 	for _, tc := range []struct {
-		name   string
-		data   []byte
-		pause  time.Duration
-		polled bool // no directory events; poll every settle/2
-		// settleEach waits, after each line, until the Watcher has
-		// settled on the prefix and refused it.
-		settleEach bool
+		name  string
+		how   how
+		data  []byte
+		pause time.Duration
 	}{
-		{"events, pauses shorter than the settle time", example, settle / 2, false, false},
-		{"polled, pauses shorter than the settle time", example, settle / 2, true, false},
-		{"sealed, stalls longer than the settle time", Seal(example), 2 * settle, false, true},
+		{"events, pauses shorter than the settle time", events, example, settle / 2},
+		{"polled, pauses shorter than the settle time", polled, example, settle / 2},
+		{"sealed, stalls longer than the settle time", sealed, Seal(example), 2 * settle},
+		{"rename, stalls longer than the settle time", rename, example, 2 * settle},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "mux.yaml")
@@ -174,38 +182,48 @@ func TestWatcherSlowInPlaceWriter(t *testing.T) {
 			var lastRead, reads atomic.Int64
 			onRead := func(n int) { lastRead.Store(int64(n)); reads.Add(1) }
 			opts := WatcherOptions{Debounce: settle}
-			if tc.polled {
+			if tc.how == polled {
 				// No retries: every timer that fires is one read.
 				opts.Poll, opts.Retry = settle/2, -1
 			}
-			w := startHooked(t, path, opts, a.apply, clk, onRead, tc.polled)
+			w := startHooked(t, path, opts, a.apply, clk, onRead, tc.how == polled)
 			want := marshalled(t, tc.data)
 
-			f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+			target := path
+			if tc.how == rename {
+				target = filepath.Join(filepath.Dir(path), ".mux.yaml.tmp")
+			}
+			f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 			require.NoError(t, err)
 			written := 0
 			ls := lines(tc.data)
 			for i, line := range ls {
-				rejected := w.Status().Rejected
+				st0 := w.Status()
+				reads0 := reads.Load()
 				_, err := f.Write(line)
 				require.NoError(t, err)
 				written += len(line)
-				if !tc.polled {
+				switch tc.how {
+				case events, sealed:
 					// The directory's event makes the Watcher read this prefix.
 					require.Eventually(t, func() bool { return lastRead.Load() == int64(written) }, hang, time.Millisecond,
 						"waiting for a read of line %d", i+1)
+				case rename:
+					// The event makes it read the document (unchanged).
+					require.Eventually(t, func() bool { return reads.Load() > reads0 }, hang, time.Millisecond,
+						"waiting for a read after line %d", i+1)
 				}
 				before := reads.Load()
-				if fired := clk.Advance(tc.pause); tc.polled {
+				if fired := clk.Advance(tc.pause); tc.how == polled {
 					// Each timer that fired (poll or settle) is one read.
 					require.Eventually(t, func() bool { return reads.Load() >= before+int64(fired) }, hang, time.Millisecond,
 						"waiting for the Watcher after line %d", i+1)
 				}
-				if tc.settleEach && i < len(ls)-1 {
+				if tc.how == sealed && i < len(ls)-1 {
 					require.Eventually(t, func() bool {
 						clk.Advance(settle)
 						st := w.Status()
-						return st.Rejected > rejected || st.Applied > 1
+						return st.Rejected > st0.Rejected || st.Applied > 1
 					}, hang, time.Millisecond, "waiting for prefix of line %d to be settled on", i+1)
 					st := w.Status()
 					require.EqualValues(t, 1, st.Version, "prefix of line %d", i+1)
@@ -213,11 +231,18 @@ func TestWatcherSlowInPlaceWriter(t *testing.T) {
 				}
 			}
 			require.NoError(t, f.Close())
+			if tc.how == rename {
+				require.NoError(t, os.Rename(target, path))
+			}
 			require.Eventually(t, func() bool {
 				clk.Advance(settle)
 				return w.Status().Version == 7
 			}, hang, time.Millisecond, "waiting for the complete document; status %+v", w.Status())
-			assert.Nil(t, w.Status().LastError)
+			st := w.Status()
+			assert.Nil(t, st.LastError)
+			if tc.how == rename {
+				assert.Zero(t, st.Rejected, "nothing partial was ever read")
+			}
 
 			docs := a.docs()
 			require.Len(t, docs, 2, "version 1, then the complete document")
