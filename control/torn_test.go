@@ -3,6 +3,7 @@ package control
 import (
 	"bytes"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -181,7 +182,8 @@ func TestWatcherSlowWriter(t *testing.T) {
 			a := &docApplier{}
 			var lastRead, reads atomic.Int64
 			onRead := func(n int) { lastRead.Store(int64(n)); reads.Add(1) }
-			opts := WatcherOptions{Debounce: settle}
+			var logs syncBuffer
+			opts := WatcherOptions{Debounce: settle, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 			if tc.how == polled {
 				// No retries: every timer that fires is one read.
 				opts.Poll, opts.Retry = settle/2, -1
@@ -242,6 +244,10 @@ func TestWatcherSlowWriter(t *testing.T) {
 			assert.Nil(t, st.LastError)
 			if tc.how == rename {
 				assert.Zero(t, st.Rejected, "nothing partial was ever read")
+			}
+			if tc.how == polled {
+				// 131 lines, two reads per settle time: it was noticed.
+				assert.Equal(t, 1, strings.Count(logs.String(), "the file keeps changing"), logs.String())
 			}
 
 			docs := a.docs()

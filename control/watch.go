@@ -256,6 +256,7 @@ func (w *Watcher) Run(ctx context.Context, apply func(*Document) error) error {
 	var (
 		settling, force bool
 		pending         snapshot
+		unsettled       int // reads in a row that did not agree
 	)
 	// begin (re)starts the wait for the file to settle.
 	begin := func(f bool) {
@@ -307,12 +308,17 @@ func (w *Watcher) Run(ctx context.Context, apply func(*Document) error) error {
 		}
 		cur := w.read()
 		if !cur.agrees(pending) {
+			unsettled++
 			w.log.Debug("control: file still changing")
+			if unsettled == warnUnsettled {
+				w.log.Warn("control: the file keeps changing; waiting for it to settle before reading it",
+					"settle", w.opts.Debounce, "reads", unsettled)
+			}
 			pending = cur
 			settle.Reset(w.opts.Debounce)
 			continue
 		}
-		settling = false
+		settling, unsettled = false, 0
 		w.check(cur, apply, force)
 		force = false
 		if !w.noEvents {
@@ -328,6 +334,10 @@ func (w *Watcher) Run(ctx context.Context, apply func(*Document) error) error {
 		}
 	}
 }
+
+// warnUnsettled is how many reads in a row that do not agree make a
+// Watcher warn that the file does not settle.
+const warnUnsettled = 20
 
 // snapshot is one read of the file, between two stats.
 type snapshot struct {
