@@ -21,7 +21,10 @@ const (
 // other content under that checksum, and so every prefix of the file, which
 // is what a node may read while the file is written in place.
 //
-// Seal does not validate the document; Parse does.
+// Seal does not validate the document; Parse does. It suits a document
+// that is a block mapping ("key: value" lines, as Marshal writes and every
+// example is); one that starts with "---", a directive or a flow mapping
+// ("{...}") no longer parses once sealed.
 func Seal(data []byte) []byte {
 	if c, ok := findChecksum(data); ok {
 		data = append(append([]byte(nil), data[:c.start]...), data[c.end:]...)
