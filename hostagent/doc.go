@@ -5,11 +5,14 @@
 // ports, the VIP rules (flow.Rules) and the infrastructure prefixes — and
 // runs the two halves of Direct Server Return:
 //
-//	uplink RX  → VXLAN Decap (local DIP by VNI, inner MAC) → nat.Inbound (VIP→DIP) → TX VM port
+//	uplink RX  → VXLAN Decap (VM port by VNI, inner MAC) → nat.Inbound (VIP→DIP) → TX VM port
 //	VM port RX → Parse (the port's VNI) → nat.Return (DIP→VIP) → NextHop (L3Dst)  → TX uplink
 //
 // Replies leave straight for the client's next hop: the Mux never sees
-// them.
+// them. Decap finds the VM port by (VNI, MAC); the NAT stages find the DIP
+// by (VNI, address). A dual-stack VM — one MAC and one interface with an
+// IPv4 and an IPv6 address, listed in the document once per family — is
+// one Decap endpoint with two DIPs (Plan.Endpoints, Plan.DIPs).
 //
 // # Steering
 //
