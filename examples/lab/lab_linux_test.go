@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -24,7 +25,8 @@ func TestLabRuns(t *testing.T) {
 	t.Logf("lab output:\n%s", out)
 	require.NoError(t, err)
 	require.Regexp(t, `HTTP: [1-9][0-9]* requests .* 0 errors`, string(out))
-	for _, vm := range vms {
+	require.Regexp(t, `HTTP over IPv6: [1-9][0-9]* requests to 2001:db8:100::1 .* 0 errors`, string(out))
+	for _, vm := range append(slices.Clone(vms), vms6...) {
 		m := regexp.MustCompile(vm.Name + ` ` + regexp.QuoteMeta(vm.Addr.String()) + `\s+host\d\s+\d+\s+[\d.]+%\s+(\d+)`).FindStringSubmatch(string(out))
 		require.NotNil(t, m, "%s in the report", vm.Name)
 		n, _ := strconv.Atoi(m[1])
