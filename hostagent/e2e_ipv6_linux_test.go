@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/internal/fleetlab"
@@ -35,8 +36,11 @@ import (
 //     port remap; the IPv4 VIP still works on the same VMs;
 //  3. DSR: the Muxes forwarded what they received and received no more
 //     than the client sent;
-//  4. ICMPv6 echo to the VIP is answered (by a Mux);
-//  5. a datagram whose encapsulation would exceed the Muxes' uplink MTU
+//  4. a datagram with a hop-by-hop options header to an all-ports IPv6
+//     VIP reaches a Mux's data path (the steering program walks the
+//     extension header), is counted there, and is answered;
+//  5. ICMPv6 echo to the VIP is answered (by a Mux);
+//  6. a datagram whose encapsulation would exceed the Muxes' uplink MTU
 //     gets an ICMPv6 Packet Too Big back, with MTU 1500 − 50.
 func TestFleetIPv6(t *testing.T) {
 	lab := netlab.New(t, "fl6")
@@ -52,10 +56,12 @@ func TestFleetIPv6(t *testing.T) {
 		fleetlabtest.ServeVM(t, f.VMs[vm.Name], vm.Name, vms6[i].Addr, flDIPPort, 7007)
 	}
 	vip4, vip6 := fleetlab.FleetVIP, fleetlab.FleetVIP6
+	vipAny6 := netip.MustParseAddr("2001:db8:100::2") // UDP, every port
 	services := []fleetlab.Service{
 		{Name: "web", Addr: vip4, Proto: flow.ProtoTCP, Port: flVIPPort, VNI: fleetlab.FleetVNI, DIPPort: flDIPPort, Probe: &flProbe},
 		{Name: "web6", Addr: vip6, Proto: flow.ProtoTCP, Port: flVIPPort, VNI: fleetlab.FleetVNI, DIPPort: flDIPPort, Probe: &flProbe},
 		{Name: "echo6", Addr: vip6, Proto: flow.ProtoUDP, Port: 7, VNI: fleetlab.FleetVNI, DIPPort: 7007},
+		{Name: "any6", Addr: vipAny6, Proto: flow.ProtoUDP, VNI: fleetlab.FleetVNI},
 	}
 	bird := fleetlabtest.StartBIRD(t, f.Router, fleetlab.FleetBIRD6())
 	bin := fleetlabtest.Examples(t)
@@ -94,8 +100,10 @@ func TestFleetIPv6(t *testing.T) {
 		}
 		return true
 	})
-	fleetlabtest.WaitNextHops(t, f.Router, bird, 30*time.Second, netip.PrefixFrom(vip6, 128),
-		fleetlab.FleetMuxAddr6(1), fleetlab.FleetMuxAddr6(2))
+	for _, v := range []netip.Addr{vip6, vipAny6} {
+		fleetlabtest.WaitNextHops(t, f.Router, bird, 30*time.Second, netip.PrefixFrom(v, 128),
+			fleetlab.FleetMuxAddr6(1), fleetlab.FleetMuxAddr6(2))
+	}
 
 	// 2. HTTP and UDP over IPv6; first until one of each is answered (the
 	// nodes' next hops resolve), then counted.
@@ -156,7 +164,26 @@ func TestFleetIPv6(t *testing.T) {
 	require.LessOrEqual(t, d0+d1, float64(clTX), "the Muxes received only what the client sent: no reply passed through them")
 	require.GreaterOrEqual(t, clRX, uint64(3*n+udpN), "the replies reached the client")
 
-	// 4 and 5: ICMPv6 on a raw socket in the client.
+	// 4. A datagram with a hop-by-hop options header to the all-ports
+	// VIP: the Muxes' steering walks the extension header to UDP, the
+	// Mux forwards and counts it, the Host Agent translates it behind
+	// the header, and the VM's answer comes back from the VIP.
+	any0 := 0.0
+	for i := range muxes {
+		any0 += muxMetrics(i)[`xdplb_vip_packets_total{vip="any6"}`]
+	}
+	hbh := netip.AddrPortFrom(vipAny6, 7007)
+	waitFor(t, "an answer to a datagram with a hop-by-hop header", 10*time.Second, func() bool {
+		ans, err := udpEchoHopByHop(t, client, hbh, "hop-by-hop", time.Second)
+		return err == nil && strings.HasSuffix(ans, ": hop-by-hop")
+	})
+	any1 := 0.0
+	for i := range muxes {
+		any1 += muxMetrics(i)[`xdplb_vip_packets_total{vip="any6"}`]
+	}
+	require.Positive(t, any1-any0, "the Muxes counted the datagrams with a hop-by-hop header for the all-ports VIP")
+
+	// 5 and 6: ICMPv6 on a raw socket in the client.
 	var ic net.PacketConn
 	require.NoError(t, client.Do(func() (err error) {
 		ic, err = net.ListenPacket("ip6:ipv6-icmp", fleetlab.FleetClientAddr6(1).String())
@@ -199,6 +226,35 @@ func TestFleetIPv6(t *testing.T) {
 	require.Equal(t, vip6, netip.AddrFrom16([16]byte(quoted[24:40])), "the quoted packet is the datagram to the VIP")
 	require.EqualValues(t, 17, quoted[6])
 	require.EqualValues(t, 7, binary.BigEndian.Uint16(quoted[40+2:]))
+}
+
+// udpEchoHopByHop is fleetlab.UDPEcho with a hop-by-hop options header
+// (one PadN option) on the datagram sent (IPV6_HOPOPTS, CAP_NET_RAW).
+func udpEchoHopByHop(t *testing.T, n *netlab.NS, to netip.AddrPort, msg string, timeout time.Duration) (string, error) {
+	t.Helper()
+	c, err := n.Dial(t.Context(), "udp6", to.String())
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	rc, err := c.(*net.UDPConn).SyscallConn()
+	require.NoError(t, err)
+	var serr error
+	require.NoError(t, rc.Control(func(fd uintptr) {
+		opt := string([]byte{0, 0, 1, 4, 0, 0, 0, 0}) // next header, length 0 (8 bytes), PadN of 4
+		serr = unix.SetsockoptString(int(fd), unix.IPPROTO_IPV6, unix.IPV6_HOPOPTS, opt)
+	}))
+	require.NoError(t, serr, "IPV6_HOPOPTS")
+	if _, err := c.Write([]byte(msg)); err != nil {
+		return "", err
+	}
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(timeout)))
+	buf := make([]byte, 2048)
+	k, err := c.Read(buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:k]), nil
 }
 
 // readICMPv6 reads one ICMPv6 message from c within timeout; type 0 when
