@@ -91,9 +91,15 @@ type Backend struct {
 	// ID is the backend's node-local identity, assigned by NewSnapshot and
 	// kept across snapshots for the same (VIP, Name): a connection table
 	// stores it, so established flows find their backend again after a
-	// reload even when the pool's order or size changed. Never 0.
+	// reload even when the pool's order or size changed. Never 0 nor
+	// ReservedID.
 	ID uint32
 }
+
+// ReservedID is a backend ID no snapshot assigns: a connection table may
+// store it to mark a flow that has no backend (the Host Agent's NAT marks
+// connections that did not come through a VIP with it).
+const ReservedID = ^uint32(0)
 
 // tableWeight is the backend's weight in the Maglev table: only active
 // backends take new flows.
@@ -354,7 +360,7 @@ func (s *Snapshot) assignIDs(prev *Snapshot) {
 					b.ID = old.Backends[k].ID
 				}
 			}
-			for b.ID == 0 || s.idTaken(b.ID) {
+			for b.ID == 0 || b.ID == ReservedID || s.idTaken(b.ID) {
 				b.ID = s.nextID
 				s.nextID++
 				if s.nextID == 0 {

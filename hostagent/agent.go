@@ -81,6 +81,9 @@ type Agent struct {
 	retired engine.Stats
 	retNAT  nat.Stats
 	builds  uint64
+
+	partialMu sync.Mutex
+	partial   map[string]*engine.PartialChecksums // by input interface
 }
 
 // New checks cfg and prepares an Agent; Run starts it.
@@ -182,6 +185,8 @@ func addNAT(s, o nat.Stats) nat.Stats {
 	s.NewFlows += o.NewFlows
 	s.TableRefused += o.TableRefused
 	s.ICMPErrors += o.ICMPErrors
+	s.Direct += o.Direct
+	s.DirectFlows += o.DirectFlows
 	return s
 }
 

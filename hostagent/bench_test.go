@@ -51,7 +51,8 @@ func newHABenchRig(tb testing.TB, natCapacity int) *haBenchRig {
 	plan, dips := a.plan, a.dips
 	a.mu.Unlock()
 
-	tr, err := nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra})
+	tr, err := nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra,
+		Direct: slowPort(plan), HasDirect: true})
 	require.NoError(tb, err)
 	tr.SetLocals(dips)
 	inbound, returns, err := a.pipelines(plan, tr, uplinkIndex, fixedHop{})

@@ -24,11 +24,11 @@ import (
 // means the same interface in every worker and each worker transmits only
 // on sockets it owns. Its inputs are those sockets, the uplink through
 //
-//	Decap → nat.Inbound                          (→ the VM's port)
+//	Decap → partial checksums → nat.Inbound                          (→ the VM's port)
 //
 // and every VM port through
 //
-//	Parse{VNI} → nat.Return → NextHop(L3Dst)     (→ the uplink, DSR)
+//	Parse{VNI} → partial checksums → nat.Return → NextHop(L3Dst)     (→ the uplink, DSR)
 //
 // Sockets on queues at or above the worker count (an interface with more
 // queues than another) are extra inputs of worker queue % workers.
@@ -127,7 +127,10 @@ func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *
 		workers = n
 	}
 
-	if dp.nat, err = nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra}); err != nil {
+	// Direct connections to a DIP (not through a VIP) leave by the slow
+	// path untranslated: the host's kernel routes them.
+	if dp.nat, err = nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra,
+		Direct: slowPort(plan), HasDirect: true}); err != nil {
 		return nil, fmt.Errorf("hostagent: %w", err)
 	}
 	dp.nat.SetLocals(dips)
@@ -232,12 +235,32 @@ func (a *Agent) pipelines(plan *Plan, tr *nat.Translator, uplinkIndex int, r enc
 	if err != nil {
 		return nil, nil, fmt.Errorf("hostagent: %w", err)
 	}
-	inbound := engine.NewPipeline(decap, tr.Inbound())
+	// Partial checksums are completed before NAT rewrites them
+	// (engine.PartialChecksums): VMs and containers on this machine always
+	// send them, and so may clients on the Muxes' machines.
+	inbound := engine.NewPipeline(decap, a.partialStage(a.cfg.Uplink), tr.Inbound())
 	returns := make([]*engine.Pipeline, len(plan.Ports))
 	for i, vp := range plan.Ports {
-		returns[i] = engine.NewPipeline(engine.Parse{VNI: vp.VNI}, tr.Return(), nh)
+		returns[i] = engine.NewPipeline(engine.Parse{VNI: vp.VNI}, a.partialStage(vp.Interface), tr.Return(), nh)
 	}
 	return inbound, returns, nil
+}
+
+// partialStage returns the partial-checksum stage of the input interface
+// ifname, the same one across data path rebuilds so its count survives
+// them.
+func (a *Agent) partialStage(ifname string) *engine.PartialChecksums {
+	a.partialMu.Lock()
+	defer a.partialMu.Unlock()
+	if a.partial == nil {
+		a.partial = map[string]*engine.PartialChecksums{}
+	}
+	s := a.partial[ifname]
+	if s == nil {
+		s = engine.NewPartialChecksums()
+		a.partial[ifname] = s
+	}
+	return s
 }
 
 // slowPort is the index of the slow-path port in every worker's ports:

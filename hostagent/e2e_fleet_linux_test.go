@@ -128,9 +128,7 @@ func newFleetLab(t *testing.T) *fleetLab {
 			"-metrics", net.JoinHostPort(fleetlab.FleetMuxAddr(i+1).String(), strconv.Itoa(flMetrics)))
 	}
 	for j := range l.agents {
-		l.agents[j] = fleetlabtest.Start(t, f.Hosts[j], fmt.Sprintf("host%d", j+1), filepath.Join(bin, "hostagent"),
-			"-uplink", "up", "-host", fmt.Sprintf("host%d", j+1), "-config", l.hostConf, "-conns", "65536",
-			"-metrics", net.JoinHostPort(fleetlab.FleetHostAddr(j+1).String(), strconv.Itoa(flMetrics)))
+		l.startAgent(j)
 	}
 	l.waitApplied(1)
 	waitFor(t, "the router's ECMP route to the VIP over both Muxes", 30*time.Second, func() bool {
@@ -139,6 +137,13 @@ func newFleetLab(t *testing.T) *fleetLab {
 	l.warm()
 	t.Logf("fleet ready after %v (topology, build, BGP, probes, a first answer from every VM)", time.Since(began).Round(time.Millisecond))
 	return l
+}
+
+// startAgent starts the Host Agent of host j (from 0).
+func (l *fleetLab) startAgent(j int) {
+	l.agents[j] = fleetlabtest.Start(l.t, l.fleet.Hosts[j], fmt.Sprintf("host%d", j+1), filepath.Join(fleetlabtest.Examples(l.t), "hostagent"),
+		"-uplink", "up", "-host", fmt.Sprintf("host%d", j+1), "-config", l.hostConf, "-conns", "65536",
+		"-metrics", net.JoinHostPort(fleetlab.FleetHostAddr(j+1).String(), strconv.Itoa(flMetrics)))
 }
 
 // vmAddr returns the DIP of the fleet's VM called name.

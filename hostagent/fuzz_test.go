@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/google/gopacket"
@@ -47,8 +48,13 @@ import (
 //     destination MAC names, a frame from a VM port on the uplink; nothing
 //     leaves on the port it came in on (the Host Agent's pipelines have no
 //     stage that answers on the receiving port: no ICMP generation, see
-//     datapath.go; the slow path port is absent from the rig and unused
-//     with fixedHop);
+//     datapath.go; the slow path port carries only direct connections,
+//     fixedHop resolves everything else);
+//   - from a VM to the slow path: a packet of a direct connection (a
+//     SYN-ACK without NAT state, or a later packet of such a connection,
+//     which the shared state may hold from an earlier input): TCP,
+//     untranslated — the bytes are the input's but for a completed
+//     partial checksum;
 //   - from the uplink: the outer frame is VXLAN with VNI 100 (gopacket), the
 //     output is the inner frame, no longer VXLAN, with destination VIP
 //     198.18.100.1 rewritten to the VM's DIP (port 80 to 8080), the
@@ -158,10 +164,29 @@ func (c *fuzzConv) step(in int, frame []byte) {
 	require.NotEqual(t, in, outPort, "a frame left on the port it came in on")
 	if in == UplinkPort {
 		c.inbound(frame, out, outPort)
+	} else if outPort == len(r.ports)-1 {
+		c.direct(frame, out)
 	} else {
 		require.Equal(t, UplinkPort, outPort, "a frame from VM port %d left on port %d", in, outPort)
 		c.reply(frame, out)
 	}
+}
+
+// direct checks a frame from a VM that left on the slow path: a TCP
+// segment of no connection this input made through the VIP, byte for byte
+// the input but for a partial checksum completed (gpkt.CompletePartialIP).
+// (The rig has no steering program, which in a node sends only a DIP's
+// service-port traffic to this pipeline.)
+func (c *fuzzConv) direct(frame, out []byte) {
+	t := c.t
+	d := decodeFuzzFrame(frame)
+	require.True(t, d.ok() && d.kind == kindPorts && d.proto == layers.IPProtocolTCP,
+		"a frame that is not TCP left on the slow path: %v", d.pkt)
+	_, known := c.convs[[2]netip.AddrPort{d.src(), d.dst()}]
+	require.False(t, known, "a reply of a connection through the VIP left untranslated")
+	want := slices.Clone(frame)
+	copy(want[d.l3:], gpkt.CompletePartialIP(frame[d.l3:d.end]))
+	require.Equal(t, want, out, "a direct connection's packet changed")
 }
 
 // dropped checks what can be said of a dropped frame.

@@ -43,6 +43,11 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	nodemetrics.Engine(ch, a.Stats())
+	a.partialMu.Lock()
+	for ifname, s := range a.partial {
+		nodemetrics.PartialChecksums(ch, ifname, s)
+	}
+	a.partialMu.Unlock()
 
 	ns := a.NATStats()
 	counter(descNAT, ns.Inbound, "inbound")
@@ -52,10 +57,12 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descNAT, ns.Stale, "stale")
 	counter(descNAT, ns.Fragments, "fragment")
 	counter(descNAT, ns.ICMPErrors, "icmp_error")
+	counter(descNAT, ns.Direct, "direct")
 	cs := a.table.Conns().Stats()
 	gauge(descNATFlows, float64(cs.Entries))
 	gauge(descNATCap, float64(a.table.Conns().Cap()))
 	counter(descNATEv, ns.NewFlows, "new")
+	counter(descNATEv, ns.DirectFlows, "direct")
 	counter(descNATEv, ns.TableRefused, "refused")
 	counter(descNATEv, cs.Expired, "expired")
 	counter(descNATEv, cs.Evictions, "eviction")

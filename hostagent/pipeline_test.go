@@ -63,13 +63,18 @@ func (fixedHop) Lookup(netip.Addr) (nexthop.Hop, bool) {
 func (fixedHop) Version() uint64 { return 1 }
 
 type pipeRig struct {
+	a     *Agent
 	w     *engine.Worker
-	ports []*engine.MemPort // uplink, vm_a, vm_b
+	ports []*engine.MemPort // uplink, vm_a, vm_b, slow path
 	tr    *nat.Translator
 }
 
-func newPipeRig(t testing.TB, capture bool) *pipeRig {
-	doc, err := control.Parse([]byte(pipeDoc))
+func newPipeRig(t testing.TB, capture bool) *pipeRig { return newPipeRigDoc(t, pipeDoc, capture) }
+
+// newPipeRigDoc is newPipeRig for document text (host-1 must list VMs on
+// vm_a and vm_b).
+func newPipeRigDoc(t testing.TB, text string, capture bool) *pipeRig {
+	doc, err := control.Parse([]byte(text))
 	require.NoError(t, err)
 	a, err := New(Config{Uplink: "up", ConfigPath: "unused", Logger: slog.New(slog.DiscardHandler), NAT: nat.TableConfig{Capacity: 1 << 12}})
 	require.NoError(t, err)
@@ -80,14 +85,16 @@ func newPipeRig(t testing.TB, capture bool) *pipeRig {
 	plan, dips := a.plan, a.dips
 	a.mu.Unlock()
 
-	tr, err := nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra})
+	tr, err := nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra,
+		Direct: slowPort(plan), HasDirect: true})
 	require.NoError(t, err)
 	tr.SetLocals(dips)
 	inbound, returns, err := a.pipelines(plan, tr, uplinkIndex, fixedHop{})
 	require.NoError(t, err)
-	r := &pipeRig{tr: tr}
+	r := &pipeRig{a: a, tr: tr}
 	cfg := engine.WorkerConfig{Inputs: []engine.Input{{Port: UplinkPort, Pipeline: inbound}}}
-	for i := 0; i < 1+len(plan.Ports); i++ {
+	// The uplink, the VM ports and the slow path (direct connections).
+	for i := 0; i < 2+len(plan.Ports); i++ {
 		p, err := engine.NewMemPort(engine.MemPortConfig{Capture: capture})
 		require.NoError(t, err)
 		r.ports = append(r.ports, p)

@@ -57,6 +57,7 @@ func (c muxCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	nodemetrics.Engine(ch, m.Stats())
+	nodemetrics.PartialChecksums(ch, m.cfg.Interface, m.partial)
 
 	cs := m.conns.Stats()
 	gauge(descConns, float64(cs.Entries))

@@ -4,8 +4,10 @@
 // VIP traffic of the uplink into AF_XDP sockets (engine/steer,
 // engine/afxdp), runs one worker per RX queue through the pipeline
 //
-//	Parse → uplink VNI → ICMP → balance → VXLAN encap → next hop → account
+//	Parse → partial checksums → uplink VNI → ICMP → balance → VXLAN encap → next hop → account
 //
+// (the partial-checksum stage completes the TCP/UDP checksums that senders
+// on the same machine leave to offload; see engine.PartialChecksums)
 // and announces the VIPs that can be served over BGP (bgp).
 //
 // Controller is the part that needs no privileges (documents and health
@@ -86,6 +88,9 @@ type Mux struct {
 	slow      *rawip.Port // what the next-hop stage cannot address: to the kernel
 	eng       *engine.Engine
 	accounts  []*balance.Account // one per pipeline (worker), read by the collector
+	// partial completes the partial checksums of frames from senders on
+	// this machine; shared by every worker's pipeline.
+	partial *engine.PartialChecksums
 }
 
 // New checks cfg and prepares a Mux; Run starts it.
@@ -109,7 +114,7 @@ func New(cfg Config) (*Mux, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
-	m := &Mux{cfg: cfg, log: cfg.Logger, rules: flow.NewRules(), conns: conns}
+	m := &Mux{cfg: cfg, log: cfg.Logger, rules: flow.NewRules(), conns: conns, partial: engine.NewPartialChecksums()}
 	m.checker, err = health.NewChecker(health.CheckerConfig{Logger: cfg.Logger, Source: cfg.ProbeSource,
 		OnChange: func(ev health.Event) { m.ctl.HealthChanged(ev) }})
 	if err != nil {
@@ -401,7 +406,7 @@ func (m *Mux) openDataPath(ifi *net.Interface, resolver *nexthop.Resolver) (*eng
 	return eng, nil
 }
 
-// pipeline builds Parse → uplink VNI → ICMP → balance → encap → next hop
+// pipeline builds Parse → partial checksums → uplink VNI → ICMP → balance → encap → next hop
 // → account, for one worker, and adds its Account to the Mux's.
 //
 // The Account stage comes last, after every stage that can still drop a
@@ -431,7 +436,7 @@ func (m *Mux) pipeline(seed uint64, uplink int, resolver encap.Resolver) (*engin
 	m.mu.Lock()
 	m.accounts = append(m.accounts, acct)
 	m.mu.Unlock()
-	return engine.NewPipeline(engine.Parse{}, uplinkVNI{&m.ctl.vnis}, icmp, bal, enc, nh, acct), nil
+	return engine.NewPipeline(engine.Parse{}, m.partial, uplinkVNI{&m.ctl.vnis}, icmp, bal, enc, nh, acct), nil
 }
 
 // slowPort is the index of the slow-path port (rawip) in every worker.

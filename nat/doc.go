@@ -51,7 +51,8 @@
 // address and port are the reply's source, in the VM port's VNI and the
 // reply's protocol; its VIP port must be derivable (not an all-ports rule
 // with a fixed backend port), and a TCP SYN without ACK, which opens a
-// connection, is never taken for a reply. No rule or several: dropped,
+// connection, is never taken for a reply, nor a SYN-ACK, which answers a
+// direct connection (below). No rule or several: dropped,
 // nat_no_state (several also count in Stats.Ambiguous). The stateless path records
 // nothing: the client's next packet does, through Inbound.
 //
@@ -99,6 +100,32 @@
 // short for the ports, a quoted non-first fragment or an IPv6 quote with
 // extension headers is dropped as bad_l4.
 //
+// # Direct connections
+//
+// A DIP's service port is also reached without the VIP: by a neighbour VM
+// (east-west, on the same host or another), by other hosts, by operators.
+// Such a connection's packets towards the VM never pass Inbound (they are
+// not in VXLAN from a Mux: the host's kernel forwards them), but the
+// steering program sends the VM's answers from its service port to Return
+// like any reply. Rule: a TCP SYN-ACK without NAT state answers a SYN that
+// did not come through the VIP — through the VIP, Inbound would have
+// recorded it — so Return remembers the connection as direct (its entry
+// holds flow.ReservedID, in the established class, closing on FIN or RST)
+// and passes it and every later packet of it untranslated to
+// Config.Direct — the slow path, whose kernel routes them — counted in
+// Stats.Direct and Stats.DirectFlows; without Config.HasDirect they are
+// dropped as nat_direct. A client packet of the same 5-tuple arriving
+// through the VIP later makes it a VIP connection again.
+//
+// Limits: the rule needs to see the handshake. A direct connection already
+// open when the agent (re)started, and a direct UDP exchange with a VIP
+// service port, have no SYN-ACK to tell them apart from VIP traffic whose
+// state was lost: they take the stateless path and are translated, which
+// breaks them. Conversely, a VIP connection whose SYN-ACK leaves the VM
+// while its state is missing (the agent restarted between the SYN and the
+// SYN-ACK, or the table refused the entry) is taken for a direct one; the
+// client's retransmitted SYN through the VIP restores it.
+//
 // # Workers and hashing
 //
 // The two directions of a connection arrive on different ports (uplink and
@@ -130,7 +157,8 @@
 // checksum-preserving rewrite from package header. Nothing allocates;
 // counters are added to a per-worker stripe once per batch; drops carry a
 // reason (nat_no_rule, nat_no_local_backend, nat_no_state, nat_infra,
-// nat_fragment, and the engine's bad_l4 for an unreadable ICMP quote).
+// nat_fragment, nat_direct, and the engine's bad_l4 for an unreadable ICMP
+// quote).
 //
 // # Limits
 //

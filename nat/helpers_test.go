@@ -278,7 +278,7 @@ func (e *env) run(stage engine.Stage, frame []byte, vni uint32) result {
 	b.Append(p)
 	stage.Process(&b)
 	b.Compact()
-	if b.Len() == 0 {
+	if b.Len() == 0 && p.Verdict != engine.VerdictEmit {
 		if e.drop == nil {
 			e.drop = map[string]uint64{}
 		}

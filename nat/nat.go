@@ -28,6 +28,9 @@ var (
 	// DropFragment: a non-first fragment whose translation is not unique
 	// (see the package documentation).
 	DropFragment = engine.RegisterDropReason("nat_fragment")
+	// DropDirect: a packet of a direct connection (not through the VIP)
+	// and no Config.Direct port to pass it on untranslated.
+	DropDirect = engine.RegisterDropReason("nat_direct")
 )
 
 // Config is the plain configuration of a Translator.
@@ -44,6 +47,14 @@ type Config struct {
 	// Uplink is the port index replies leave on (Packet.OutPort set by
 	// Return).
 	Uplink uint16
+	// Direct, when set, is the port index on which Return hands the
+	// packets of direct connections — to a DIP's service port without the
+	// VIP, from a neighbour VM, another host or an operator — to the next
+	// hop untranslated: the slow path, whose kernel routes them. Without
+	// it such packets are dropped (DropDirect). See the package
+	// documentation, "Direct connections".
+	Direct    uint16
+	HasDirect bool
 	// Infra are the infrastructure prefixes (health probers, Muxes, the
 	// node's own addresses): traffic whose client side is inside one is
 	// never translated (DropInfra). The steering program passes it to the
@@ -73,6 +84,8 @@ type Stats struct {
 	NewFlows     uint64 // connections entered in the table
 	TableRefused uint64 // connections the table could not store (table full or busy)
 	ICMPErrors   uint64 // ICMP errors translated through their quote (both directions)
+	Direct       uint64 // packets of direct connections (not through a VIP) passed on untranslated
+	DirectFlows  uint64 // direct connections recognised (a SYN-ACK without NAT state)
 }
 
 // Translator is the Host Agent's stateful DSR NAT: the shared configuration,
@@ -83,6 +96,8 @@ type Translator struct {
 	rules   *flow.Rules
 	table   *Table
 	uplink  uint16
+	direct  uint16
+	hasDir  bool
 	infra   prefixes
 	setHash bool
 	hasher  flow.Hasher
@@ -139,6 +154,8 @@ const (
 	cNewFlows
 	cRefused
 	cICMPErrors
+	cDirect
+	cDirectFlows
 	numCounts
 )
 
@@ -163,6 +180,8 @@ func New(cfg Config) (*Translator, error) {
 		rules:   cfg.Rules,
 		table:   cfg.Table,
 		uplink:  cfg.Uplink,
+		direct:  cfg.Direct,
+		hasDir:  cfg.HasDirect,
 		infra:   infra,
 		setHash: cfg.SetHash,
 		hasher:  cfg.Hasher,
@@ -241,6 +260,7 @@ func (t *Translator) Stats() Stats {
 		Inbound: c[cInbound], Return: c[cReturn], Stateless: c[cStateless],
 		Ambiguous: c[cAmbiguous], Stale: c[cStale], Fragments: c[cFragments],
 		NewFlows: c[cNewFlows], TableRefused: c[cRefused], ICMPErrors: c[cICMPErrors],
+		Direct: c[cDirect], DirectFlows: c[cDirectFlows],
 	}
 }
 

@@ -260,7 +260,11 @@ func TestStateless(t *testing.T) {
 		{"not a local DIP", tcp(ap(dipR, 8080), ap(client4, 8)), netip.AddrPort{}, "nat_no_state"},
 		{"wrong protocol", udp(ap(dipA, 8080), ap(client4, 9)), netip.AddrPort{}, "nat_no_state"},
 		{"a SYN is never a reply", pkt{src: ap(dipA, 8080), dst: ap(client4, 10), syn: true}, netip.AddrPort{}, "nat_no_state"},
-		{"a SYN-ACK is", pkt{src: ap(dipA, 8080), dst: ap(client4, 11), syn: true, ack: true}, ap(vipA, 80), ""},
+		// A SYN-ACK without state answers a SYN that did not come
+		// through the VIP: a direct connection (TestDirectConnections),
+		// dropped here, where no Config.Direct port is set.
+		{"a SYN-ACK is direct", pkt{src: ap(dipA, 8080), dst: ap(client4, 11), syn: true, ack: true}, netip.AddrPort{}, "nat_direct"},
+		{"a non-SYN is", pkt{src: ap(dipA, 8080), dst: ap(client4, 11), ack: true}, ap(vipA, 80), ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -621,4 +625,58 @@ func TestTableSideEntries(t *testing.T) {
 	require.Equal(t, 2, expired)
 	require.Zero(t, e.table.Len())
 	require.Equal(t, "nat_no_state", e.reply(udp(ap(dipA, 9000), c)).reason)
+}
+
+// TestDirectConnections: a DIP's service port reached without the VIP (a
+// neighbour VM, another host, an operator) answers with a SYN-ACK that has
+// no NAT state. The connection is remembered as direct and every packet of
+// it leaves untranslated on the Direct port — also those the stateless
+// fallback would otherwise have translated to the VIP — while connections
+// through the VIP are translated as before.
+func TestDirectConnections(t *testing.T) {
+	const directPort = 9
+	e := newEnv(t, testRules(), testLocals(), func(c *nat.Config) { c.Direct, c.HasDirect = directPort, true })
+	neighbour := ap(netip.MustParseAddr("198.19.1.2"), 40000)
+	synAck := pkt{src: ap(dipA, 8080), dst: neighbour, syn: true, ack: true}
+
+	res := e.reply(synAck)
+	require.Empty(t, res.reason)
+	require.Equal(t, engine.VerdictEmit, res.p.Verdict, "passed on at once, no next-hop stage")
+	require.EqualValues(t, directPort, res.p.OutPort)
+	require.Equal(t, synAck.frame(), res.frame, "untranslated")
+	st, ok := e.state(flow.ProtoTCP, vni, ap(dipA, 8080), neighbour)
+	require.True(t, ok, "the direct connection is remembered")
+	require.Equal(t, flow.ReservedID, st.BackendID)
+
+	// The rest of the connection: untranslated, not stateless.
+	for _, p := range []pkt{{src: ap(dipA, 8080), dst: neighbour, ack: true, payload: "HTTP/1.1 200 OK"},
+		{src: ap(dipA, 8080), dst: neighbour, ack: true, fin: true}} {
+		res = e.reply(p)
+		require.Empty(t, res.reason)
+		require.EqualValues(t, directPort, res.p.OutPort)
+		require.Equal(t, p.frame(), res.frame)
+	}
+	st, _ = e.state(flow.ProtoTCP, vni, ap(dipA, 8080), neighbour)
+	require.Equal(t, flow.ClassClosing, st.Class, "a FIN closes the direct connection")
+
+	// A connection through the VIP from another client port: translated.
+	c := ap(client4, 5000)
+	require.Empty(t, e.inbound(tcp(c, ap(vipA, 80)).to(macA)).reason)
+	res = e.reply(pkt{src: ap(dipA, 8080), dst: c, syn: true, ack: true})
+	require.Empty(t, res.reason)
+	require.EqualValues(t, uplink, res.p.OutPort)
+	require.Equal(t, pkt{src: ap(vipA, 80), dst: c, syn: true, ack: true}.frame(), res.frame)
+
+	// The same 5-tuple later through the VIP (the neighbour's port reused
+	// for a VIP connection): the client's packet through the VIP makes it
+	// a VIP connection again.
+	require.Empty(t, e.inbound(tcp(neighbour, ap(vipA, 80)).to(macA)).reason)
+	res = e.reply(pkt{src: ap(dipA, 8080), dst: neighbour, ack: true})
+	require.EqualValues(t, uplink, res.p.OutPort)
+	require.Equal(t, pkt{src: ap(vipA, 80), dst: neighbour, ack: true}.frame(), res.frame)
+
+	s := e.tr.Stats()
+	require.EqualValues(t, 1, s.DirectFlows)
+	require.EqualValues(t, 3, s.Direct)
+	require.Zero(t, s.Stateless)
 }

@@ -29,7 +29,9 @@ import (
 //     whose VIP port cannot be derived, or a TCP SYN without ACK (which
 //     opens a connection and so is never a reply): DropNoState. Nothing is
 //     entered in the table: the client's next packet through Inbound does
-//     that;
+//     that. A TCP SYN-ACK without state opens a direct connection (not
+//     through a VIP; see the package documentation): it and the later
+//     packets of that connection leave untranslated on Config.Direct;
 //  4. source DIP:dport becomes VIP:vport with every checksum updated;
 //     Packet.Key follows, Packet.Rule and Packet.Backend record the rule
 //     and backend; OutPort is the uplink. A FIN or RST from the server
@@ -56,13 +58,17 @@ func (s *Return) Process(b *engine.Batch) {
 	}
 	for i, p := range pkts {
 		var r engine.DropReason
+		var direct bool
 		if plain&(1<<uint(i)) != 0 {
-			r = t.replyPlain(v, p, &sc.q[i], now, &c)
+			r, direct = t.replyPlain(v, p, &sc.q[i], now, &c)
 		} else {
-			r = t.reply(v, p, now, &c)
+			r, direct = t.reply(v, p, now, &c)
 		}
-		if r != 0 {
+		switch {
+		case r != 0:
 			b.Drop(p, r)
+		case direct:
+			b.Emit(p) // untranslated, to Config.Direct: no later stage
 		}
 	}
 	t.flush(b.Worker, &c)
@@ -94,30 +100,34 @@ func (t *Translator) replyKind(p *engine.Packet) int {
 }
 
 // reply translates one packet from a VM without a prepared query.
-func (t *Translator) reply(v *view, p *engine.Packet, now flow.Tick, c *counts) engine.DropReason {
+func (t *Translator) reply(v *view, p *engine.Packet, now flow.Tick, c *counts) (engine.DropReason, bool) {
 	switch t.replyKind(p) {
 	case replyUnsupported:
-		return engine.DropUnsupported
+		return engine.DropUnsupported, false
 	case replyInfra:
-		return DropInfra
+		return DropInfra, false
 	case replyFragment:
-		return t.replyFragment(v, p, c)
+		return t.replyFragment(v, p, c), false
 	case replyICMPError:
-		return t.replyICMPError(v, p, now, c)
+		return t.replyICMPError(v, p, now, c), false
 	}
 	var q flow.ConnQuery
 	t.table.conns.Prepare(&q, &p.Key)
 	return t.replyPlain(v, p, &q, now, c)
 }
 
-// replyPlain translates a plain reply whose lookup q prepared.
-func (t *Translator) replyPlain(v *view, p *engine.Packet, q *flow.ConnQuery, now flow.Tick, c *counts) engine.DropReason {
+// replyPlain translates a plain reply whose lookup q prepared. direct
+// reports a packet of a direct connection, to pass on untranslated.
+func (t *Translator) replyPlain(v *view, p *engine.Packet, q *flow.ConnQuery, now flow.Tick, c *counts) (_ engine.DropReason, direct bool) {
 	k := &p.Key
 	var (
 		vip   *[16]byte
 		vport uint16
 	)
 	if id, cur, ok := t.table.conns.LookupPrepared(q, now); ok {
+		if id == flow.ReservedID {
+			return t.passDirect(p, q, cur, now, c)
+		}
 		if vip, vport, ok = t.fromState(v, p, id, now); ok {
 			if cur != flow.ClassClosing && p.StateClass() == flow.ClassClosing {
 				t.table.conns.SetClassPrepared(q, flow.ClassClosing, now)
@@ -133,14 +143,22 @@ func (t *Translator) replyPlain(v *view, p *engine.Packet, q *flow.ConnQuery, no
 		if p.StateClass() == flow.ClassUntrusted {
 			// A SYN without ACK opens a connection (the VM's own,
 			// outbound): it is never a reply, whatever its source.
-			return DropNoState
+			return DropNoState, false
+		}
+		if isSynAck(p) {
+			// The SYN this answers reached the VM without passing
+			// Inbound: a direct connection, never translated.
+			if res := t.table.conns.InsertPrepared(q, flow.ReservedID, flow.ClassEstablished, now); res.Stored() {
+				c[cDirectFlows]++
+			}
+			return t.passDirect(p, q, flow.ClassEstablished, now, c)
 		}
 		e, n := v.statelessLookup(k)
 		if n != 1 || e.mode == vportUnknown {
 			if n > 1 {
 				c[cAmbiguous]++
 			}
-			return DropNoState
+			return DropNoState, false
 		}
 		vip, vport = &e.vip, e.vport
 		if e.mode == vportSource {
@@ -150,14 +168,38 @@ func (t *Translator) replyPlain(v *view, p *engine.Packet, q *flow.ConnQuery, no
 		c[cStateless]++
 	}
 	if !rewrite(p, header.SideSrc, vip, vport) {
-		return engine.DropUnsupported
+		return engine.DropUnsupported, false
 	}
 	k.Src, k.SrcPort = *vip, vport
 	if t.setHash {
 		p.Hash = t.hasher.SymmetricHash(k) // VIP → client, after translation
 	}
 	p.OutPort = t.uplink
-	return 0
+	return 0, false
+}
+
+// isSynAck reports whether p is a TCP segment with SYN and ACK set.
+func isSynAck(p *engine.Packet) bool {
+	if p.L4Proto != flow.ProtoTCP || p.Flags&engine.FlagL4 == 0 {
+		return false
+	}
+	const synAck = header.TCPFlagSyn | header.TCPFlagAck
+	return header.TCP(p.L4()).Flags()&synAck == synAck
+}
+
+// passDirect sends a packet of the direct connection q (marked in the
+// table with flow.ReservedID) on untranslated, to Config.Direct, and
+// moves the connection to the closing class on a FIN or RST.
+func (t *Translator) passDirect(p *engine.Packet, q *flow.ConnQuery, cur flow.StateClass, now flow.Tick, c *counts) (engine.DropReason, bool) {
+	if cur != flow.ClassClosing && p.StateClass() == flow.ClassClosing {
+		t.table.conns.SetClassPrepared(q, flow.ClassClosing, now)
+	}
+	if !t.hasDir {
+		return DropDirect, false
+	}
+	p.OutPort = t.direct
+	c[cDirect]++
+	return 0, true
 }
 
 // fromState resolves a table hit for the reply p to the VIP address and

@@ -39,6 +39,11 @@ func TestL2fwd(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, gen.AddAddr("g0", "198.18.0.1/24"))
 	require.NoError(t, sink.AddAddr("s0", "198.18.0.2/24"))
+	// l2fwd moves frames between two interfaces and touches no byte: a
+	// partial checksum from the sender would reach the sink unfinished.
+	// It is a forwarding baseline, not a load-balancer role (those
+	// complete partial checksums, engine.PartialChecksums), so the sender
+	// computes full checksums.
 	require.NoError(t, gen.DisableChecksumOffload("g0"))
 	// The sender cannot ARP through a one-way forwarder: pin the
 	// receiver's MAC.

@@ -15,8 +15,9 @@ import (
 )
 
 // TestLabRuns builds the lab and runs it briefly, as a user would: it
-// must exit 0 with every request answered, every DIP serving and nothing
-// left behind.
+// must exit 0 with every request and every UDP datagram answered, every
+// DIP serving, every node completing the partial checksums of senders that
+// keep their offloads, and nothing left behind.
 func TestLabRuns(t *testing.T) {
 	netlab.RequireRoot(t)
 	dir := t.TempDir()
@@ -26,6 +27,13 @@ func TestLabRuns(t *testing.T) {
 	require.NoError(t, err)
 	require.Regexp(t, `HTTP: [1-9][0-9]* requests .* 0 errors`, string(out))
 	require.Regexp(t, `HTTP over IPv6: [1-9][0-9]* requests to 2001:db8:100::1 .* 0 errors`, string(out))
+	// UDP through the VIPs: every datagram answered, by the VIP.
+	require.Regexp(t, `(?s)UDP echo: [1-9][0-9]* datagrams sent [^\n]* 0 lost, 0 wrong.*UDP echo: [1-9][0-9]* datagrams sent [^\n]* 0 lost, 0 wrong`, string(out))
+	// Clients and VMs keep the kernel's checksum offload: every node
+	// completed partial checksums.
+	for _, node := range []string{"mux1", "mux2", "host1", "host2"} {
+		require.Regexp(t, `(?m)^  `+node+` .* partial checksums completed [1-9][0-9]* `, string(out), node)
+	}
 	for _, vm := range append(slices.Clone(vms), vms6...) {
 		m := regexp.MustCompile(vm.Name + ` ` + regexp.QuoteMeta(vm.Addr.String()) + `\s+host\d\s+\d+\s+[\d.]+%\s+(\d+)`).FindStringSubmatch(string(out))
 		require.NotNil(t, m, "%s in the report", vm.Name)

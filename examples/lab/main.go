@@ -401,11 +401,15 @@ func report(t *topo, res *results, before, after map[string]map[string]float64, 
 			continue
 		}
 		drops := map[string]float64{}
+		partial := 0.0 // frames whose checksum a local sender left to offload
 		for k := range after[node] {
 			if strings.HasPrefix(k, "xdplb_drops_total") {
 				if d := delta(node, k); d != 0 {
 					drops[strings.TrimSuffix(strings.TrimPrefix(k, `xdplb_drops_total{reason="`), `"}`)] = d
 				}
+			}
+			if strings.HasPrefix(k, "xdplb_partial_checksums_total") {
+				partial += delta(node, k)
 			}
 		}
 		line := fmt.Sprintf("  %-5s rx %8.0f  tx %8.0f", node, delta(node, `xdplb_packets_total{direction="rx"}`),
@@ -415,9 +419,10 @@ func report(t *topo, res *results, before, after map[string]map[string]float64, 
 				delta(node, `xdplb_nat_packets_total{outcome="inbound"}`), delta(node, `xdplb_nat_packets_total{outcome="return"}`),
 				delta(node, `xdplb_nat_packets_total{outcome="return_stateless"}`), after[node]["xdplb_nat_table_entries"])
 		}
-		fmt.Printf("%s  drops %v\n", line, drops)
+		fmt.Printf("%s  partial checksums completed %.0f  drops %v\n", line, partial, drops)
 	}
-	fmt.Println("  (the Muxes carry only the client → VIP direction; replies leave the hosts straight for the router)")
+	fmt.Println("  (the Muxes carry only the client → VIP direction; replies leave the hosts straight for the router;")
+	fmt.Println("   clients and VMs keep the kernel's checksum offload, so their frames arrive with partial checksums)")
 
 	fmt.Println("\nrouter's route table:")
 	out, _ := exec.Command("ip", "-n", t.Router.Name(), "route", "show").CombinedOutput()

@@ -11,8 +11,8 @@ import (
 var (
 	// FleetVIP is the fleet's VIP.
 	FleetVIP = netip.MustParseAddr("198.18.100.1")
-	// FleetGateway is the VMs' next hop: a static neighbour on the
-	// host-side veth of their VM port.
+	// FleetGateway is the VMs' next hop: an address of the host-side
+	// veth of their VM port, which they resolve by ARP.
 	FleetGateway = netip.MustParseAddr("198.18.30.254")
 )
 

@@ -70,3 +70,12 @@ func TestLockedBuffer(t *testing.T) {
 	wg.Wait()
 	require.Len(t, b.String(), 800)
 }
+
+func TestParseSNMP(t *testing.T) {
+	m, err := fleetlab.ParseSNMP("Ip: Forwarding DefaultTTL\nIp: 1 64\nTcp: RtoAlgorithm MaxConn InCsumErrors\nTcp: 1 -1 3\n")
+	require.NoError(t, err)
+	require.EqualValues(t, 3, m["Tcp.InCsumErrors"])
+	require.EqualValues(t, 64, m["Ip.DefaultTTL"])
+	_, err = fleetlab.ParseSNMP("Tcp: A B\nUdp: 1 2\n")
+	require.Error(t, err)
+}

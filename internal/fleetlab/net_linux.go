@@ -2,6 +2,8 @@ package fleetlab
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +11,8 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -142,6 +146,16 @@ func LinkStats(n *netlab.NS, ifname string) (netlink.LinkStatistics, error) {
 	return *lk.Attrs().Statistics, nil
 }
 
+// Pattern returns n bytes that change with their offset (no run repeats
+// within 251 bytes), so a lost, duplicated or reordered segment shows.
+func Pattern(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i % 251)
+	}
+	return b
+}
+
 // VMServer is a VM's servers (ServeVM).
 type VMServer struct {
 	http *http.Server
@@ -154,7 +168,9 @@ type VMServer struct {
 //   - HTTP on httpPort: every request is answered with the VM's name,
 //     followed by a blank and the query parameter q when the request has
 //     one (GET /?q=TOKEN answers "NAME TOKEN"), so a client learns which
-//     VM served which request; connections are kept alive as long as the
+//     VM served which request; GET /bytes/N answers N bytes of Pattern
+//     (header X-VM: NAME); a POST answers "NAME SHA256" with the hex
+//     SHA-256 of its body; connections are kept alive as long as the
 //     client wants;
 //   - UDP echo on echoPort (0: none): every datagram is answered with
 //     "NAME: " and its payload.
@@ -165,6 +181,27 @@ func ServeVM(n *netlab.NS, name string, addr netip.Addr, httpPort, echoPort uint
 	}
 	s := &VMServer{http: &http.Server{ReadHeaderTimeout: 10 * time.Second,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost {
+				// POST: "NAME SHA256-OF-BODY".
+				h := sha256.New()
+				if _, err := io.Copy(h, r.Body); err != nil {
+					http.Error(w, err.Error(), http.StatusBadRequest)
+					return
+				}
+				io.WriteString(w, name+" "+hex.EncodeToString(h.Sum(nil)))
+				return
+			}
+			if rest, ok := strings.CutPrefix(r.URL.Path, "/bytes/"); ok {
+				// GET /bytes/N: N bytes of Pattern, served by NAME.
+				n, err := strconv.Atoi(rest)
+				if err != nil || n < 0 || n > 64<<20 {
+					http.Error(w, "bad size", http.StatusBadRequest)
+					return
+				}
+				w.Header().Set("X-VM", name)
+				w.Write(Pattern(n))
+				return
+			}
 			answer := name
 			if q := r.URL.Query().Get("q"); q != "" {
 				answer += " " + q

@@ -29,11 +29,12 @@ var (
 	descXSK      = prometheus.NewDesc("xdplb_xsk_kernel_total", "AF_XDP socket statistics from the kernel, per interface and queue.", []string{"interface", "queue", "counter"}, nil)
 	descXSKTX    = prometheus.NewDesc("xdplb_xsk_tx_frames_total", "Frames transmitted per AF_XDP socket (copied: from another interface's socket).", []string{"interface", "queue", "kind"}, nil)
 	descSlow     = prometheus.NewDesc("xdplb_slowpath_packets_total", "Packets the data path handed to the kernel to route (next hop not resolved yet), by result.", []string{"result"}, nil)
+	descPartial  = prometheus.NewDesc("xdplb_partial_checksums_total", "Frames whose partial TCP/UDP checksum (left by a sender on this machine with checksum offload) the data path completed, by input interface.", []string{"interface"}, nil)
 )
 
 // Describe sends the shared descriptors.
 func Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descDrops, descVersion, descSync, descRejected, descSteer, descXSK, descXSKTX, descSlow} {
+	for _, d := range []*prometheus.Desc{descPackets, descDrops, descVersion, descSync, descRejected, descSteer, descXSK, descXSKTX, descSlow, descPartial} {
 		ch <- d
 	}
 }
@@ -46,6 +47,12 @@ func Counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v uint64, labels .
 // Gauge sends a gauge sample.
 func Gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
 	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+// PartialChecksums sends the count of frames stage s completed on the input
+// interface ifname (engine.PartialChecksums).
+func PartialChecksums(ch chan<- prometheus.Metric, ifname string, s *engine.PartialChecksums) {
+	Counter(ch, descPartial, s.Completed(), ifname)
 }
 
 // Engine sends the data path's packet and drop counters.
