@@ -106,7 +106,7 @@ func Example() {
 // and parses the inner frame.
 func Example_hostAgent() {
 	locals, err := encap.NewLocals([]encap.Local{
-		{VNI: 7001, MAC: header.MAC{2, 0, 0, 0, 0xaa, 1}, Addr: netip.MustParseAddr("10.0.0.5"), OutPort: 1, Name: "vm1"},
+		{VNI: 7001, MAC: header.MAC{2, 0, 0, 0, 0xaa, 1}, Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}, OutPort: 1, Name: "vm1"},
 	})
 	if err != nil {
 		panic(err)

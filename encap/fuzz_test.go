@@ -1,6 +1,7 @@
 package encap_test
 
 import (
+	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -117,7 +118,7 @@ func FuzzEncapDecapRoundTrip(f *testing.F) {
 		e.Process(&b)
 		require.Equal(t, engine.VerdictTX, p.Verdict, "encap dropped: %v", p.Reason)
 
-		ls, err := encap.NewLocals([]encap.Local{{VNI: vni, MAC: dipMAC, Addr: dip4, OutPort: 5}})
+		ls, err := encap.NewLocals([]encap.Local{{VNI: vni, MAC: dipMAC, Addrs: []netip.Addr{dip4}, OutPort: 5}})
 		require.NoError(t, err)
 		var lt encap.LocalTable
 		lt.Store(ls)

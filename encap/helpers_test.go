@@ -318,8 +318,8 @@ func (v vxlan) build() []byte {
 // testVNI, index 1 another endpoint.
 func locals(t testing.TB) *encap.LocalTable {
 	ls, err := encap.NewLocals([]encap.Local{
-		{VNI: testVNI, MAC: dipMAC, Addr: dip4, OutPort: 7, Name: "vm1"},
-		{VNI: testVNI + 1, MAC: dipMAC, Addr: dip4, OutPort: 8, Name: "vm2"},
+		{VNI: testVNI, MAC: dipMAC, Addrs: []netip.Addr{dip4}, OutPort: 7, Name: "vm1"},
+		{VNI: testVNI + 1, MAC: dipMAC, Addrs: []netip.Addr{dip4}, OutPort: 8, Name: "vm2"},
 	})
 	require.NoError(t, err)
 	var lt encap.LocalTable

@@ -11,15 +11,19 @@ import (
 )
 
 // Local is an endpoint (a VM or container NIC) behind a Host Agent: where
-// the Decap stage delivers a decapsulated frame.
+// the Decap stage delivers a decapsulated frame. It is found by (VNI,
+// MAC) alone; its addresses — an IPv4 one, an IPv6 one, or one of each
+// for a dual-stack VM on one MAC — are the DIPs the NAT stages find by
+// address (nat.Locals).
 type Local struct {
 	// VNI is the tenant network the endpoint is on (24 bits).
 	VNI uint32
 	// MAC is the endpoint's MAC address, the inner Ethernet destination
 	// the Mux writes (flow.Backend.MAC).
 	MAC header.MAC
-	// Addr is the endpoint's address, the DIP.
-	Addr netip.Addr
+	// Addrs are the endpoint's addresses, the DIPs: one or two, at most
+	// one per address family.
+	Addrs []netip.Addr
 	// OutPort is the index of the worker port the endpoint is attached
 	// to (Packet.OutPort).
 	OutPort uint16
@@ -59,11 +63,15 @@ func localHash(vni uint32, mac uint64) uint64 {
 }
 
 // NewLocals validates locals and returns an indexed set of copies. It
-// checks: VNI within 24 bits; MAC set and unicast; Addr set, without a
-// zone (an IPv4-mapped address is unmapped); no two endpoints with the same
-// (VNI, MAC) or the same (VNI, Addr).
+// checks: VNI within 24 bits; MAC set and unicast; one or two Addrs, each
+// set, without a zone (an IPv4-mapped address is unmapped), at most one
+// per family; no two endpoints with the same (VNI, MAC) or the same (VNI,
+// address).
 func NewLocals(locals []Local) (*Locals, error) {
 	l := &Locals{list: append([]Local(nil), locals...)}
+	for i := range l.list {
+		l.list[i].Addrs = append([]netip.Addr(nil), l.list[i].Addrs...)
+	}
 	n := 1
 	for n < 2*len(locals) || n < 8 {
 		n <<= 1
@@ -76,7 +84,6 @@ func NewLocals(locals []Local) (*Locals, error) {
 	}]int, len(locals))
 	for i := range l.list {
 		lc := &l.list[i]
-		lc.Addr = lc.Addr.Unmap()
 		switch {
 		case lc.VNI > 1<<24-1:
 			return nil, fmt.Errorf("%w %d (%q): VNI %d does not fit 24 bits", ErrInvalidLocal, i, lc.Name, lc.VNI)
@@ -84,22 +91,36 @@ func NewLocals(locals []Local) (*Locals, error) {
 			return nil, fmt.Errorf("%w %d (%q): no MAC address", ErrInvalidLocal, i, lc.Name)
 		case lc.MAC.IsMulticast():
 			return nil, fmt.Errorf("%w %d (%q): MAC %v is a group address", ErrInvalidLocal, i, lc.Name, lc.MAC)
-		case !lc.Addr.IsValid():
+		case len(lc.Addrs) == 0:
 			return nil, fmt.Errorf("%w %d (%q): no address", ErrInvalidLocal, i, lc.Name)
-		case lc.Addr.Zone() != "":
-			return nil, fmt.Errorf("%w %d (%q): address %v has a zone", ErrInvalidLocal, i, lc.Name, lc.Addr)
+		case len(lc.Addrs) > 2:
+			return nil, fmt.Errorf("%w %d (%q): %d addresses; an endpoint has at most one IPv4 and one IPv6 address", ErrInvalidLocal, i, lc.Name, len(lc.Addrs))
+		}
+		for n := range lc.Addrs {
+			a := lc.Addrs[n].Unmap()
+			lc.Addrs[n] = a
+			switch {
+			case !a.IsValid():
+				return nil, fmt.Errorf("%w %d (%q): no address", ErrInvalidLocal, i, lc.Name)
+			case a.Zone() != "":
+				return nil, fmt.Errorf("%w %d (%q): address %v has a zone", ErrInvalidLocal, i, lc.Name, a)
+			case n == 1 && a.Is4() == lc.Addrs[0].Is4():
+				return nil, fmt.Errorf("%w %d (%q): two %s addresses, %v and %v; an endpoint has at most one per family", ErrInvalidLocal, i, lc.Name, family(a), lc.Addrs[0], a)
+			}
 		}
 		if j, ok := l.Lookup(lc.VNI, lc.MAC); ok {
 			return nil, fmt.Errorf("%w %d (%q): VNI %d MAC %v already used by %d (%q)", ErrInvalidLocal, i, lc.Name, lc.VNI, lc.MAC, j, l.list[j].Name)
 		}
-		k := struct {
-			vni  uint32
-			addr netip.Addr
-		}{lc.VNI, lc.Addr}
-		if j, ok := addrs[k]; ok {
-			return nil, fmt.Errorf("%w %d (%q): VNI %d address %v already used by %d (%q)", ErrInvalidLocal, i, lc.Name, lc.VNI, lc.Addr, j, l.list[j].Name)
+		for _, a := range lc.Addrs {
+			k := struct {
+				vni  uint32
+				addr netip.Addr
+			}{lc.VNI, a}
+			if j, ok := addrs[k]; ok {
+				return nil, fmt.Errorf("%w %d (%q): VNI %d address %v already used by %d (%q)", ErrInvalidLocal, i, lc.Name, lc.VNI, a, j, l.list[j].Name)
+			}
+			addrs[k] = i
 		}
-		addrs[k] = i
 		mac := macBits(lc.MAC)
 		for s := localHash(lc.VNI, mac) & l.mask; ; s = (s + 1) & l.mask {
 			if l.slots[s].idx == 0 {
@@ -109,6 +130,13 @@ func NewLocals(locals []Local) (*Locals, error) {
 		}
 	}
 	return l, nil
+}
+
+func family(a netip.Addr) string {
+	if a.Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
 }
 
 // Lookup returns the index of the endpoint with the given VNI and MAC. It

@@ -5,11 +5,15 @@
 // ports, the VIP rules (flow.Rules) and the infrastructure prefixes — and
 // runs the two halves of Direct Server Return:
 //
-//	uplink RX  → VXLAN Decap (local DIP by VNI, inner MAC) → PartialChecksums → nat.Inbound (VIP→DIP) → TX VM port
+//	uplink RX  → VXLAN Decap (VM port by VNI, inner MAC) → PartialChecksums → nat.Inbound (VIP→DIP) → TX VM port
 //	VM port RX → Parse (the port's VNI) → PartialChecksums → nat.Return (DIP→VIP) → NextHop (L3Dst)  → TX uplink
 //
 // Replies leave straight for the client's next hop: the Mux never sees
-// them. engine.PartialChecksums completes the TCP/UDP checksums that VMs
+// them. Decap finds the VM port by (VNI, MAC); the NAT stages find the DIP
+// by (VNI, address). A dual-stack VM — one MAC and one interface with an
+// IPv4 and an IPv6 address, listed in the document once per family — is
+// one Decap endpoint with two DIPs (Plan.Endpoints, Plan.DIPs).
+// engine.PartialChecksums completes the TCP/UDP checksums that VMs
 // and containers on the host — and clients on a Mux's machine — leave to
 // offload, before NAT rewrites them; nothing on the interfaces needs to be
 // configured. The packets of a direct connection to a DIP (not through a

@@ -77,7 +77,7 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, e := range a.plan.Endpoints {
 			for _, vp := range a.plan.Ports {
 				if vp.Index == e.OutPort {
-					per[vp.Interface]++
+					per[vp.Interface] += len(e.Addrs)
 				}
 			}
 		}

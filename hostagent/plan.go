@@ -35,7 +35,10 @@ type Plan struct {
 	// Ports are the host's VM ports, one per distinct VMs[].Interface,
 	// sorted by interface name.
 	Ports []VMPort
-	// Endpoints are the VMs for the Decap stage: (VNI, MAC) → VM port.
+	// Endpoints are the VMs for the Decap stage: (VNI, MAC) → VM port,
+	// in document order. A dual-stack VM, listed once per address family
+	// with the same MAC and interface, is one endpoint with both
+	// addresses (in document order).
 	Endpoints []encap.Local
 	// DIPs are the VMs' addresses for the NAT stages.
 	DIPs []nat.Local
@@ -71,8 +74,9 @@ var ErrHostNotFound = errors.New("hostagent: host not in the document")
 // NewPlan returns the plan of the host named host — a Document.Hosts
 // name or address — for doc; extraInfra are prefixes added to the
 // document's infrastructure prefixes. It refuses a document that does not
-// list the host, that puts VMs of two VNIs on one interface, or whose VMs
-// the data path cannot index (encap.NewLocals, nat.NewLocals).
+// list the host, that puts VMs of two VNIs on one interface, that lists a
+// (VNI, MAC) on two interfaces or with two addresses of one family, or
+// whose VMs the data path cannot index (encap.NewLocals, nat.NewLocals).
 func NewPlan(doc *control.Document, host string, extraInfra []netip.Prefix) (*Plan, error) {
 	h, ok := doc.Host(host)
 	if !ok {
@@ -105,15 +109,43 @@ func NewPlan(doc *control.Document, host string, extraInfra []netip.Prefix) (*Pl
 		p.Ports[i].Index = uint16(UplinkPort + 1 + i)
 		byName[p.Ports[i].Interface] = i
 	}
-	for _, vm := range h.VMs {
+	type vniMAC struct {
+		vni uint32
+		mac [6]byte
+	}
+	byMAC := map[vniMAC]int{} // endpoint index
+	var first []int           // per endpoint: its first VM in h.VMs
+	for j, vm := range h.VMs {
 		vp := &p.Ports[byName[vm.Interface]]
 		if vm.VNI != vp.VNI {
 			return nil, fmt.Errorf("hostagent: host %q: interface %s has VMs in VNI %d and VNI %d; "+
 				"a VM port belongs to one tenant network", h.Name, vm.Interface, vp.VNI, vm.VNI)
 		}
-		p.Endpoints = append(p.Endpoints, encap.Local{VNI: vm.VNI, MAC: header.MAC(vm.MAC),
-			Addr: vm.Address, OutPort: vp.Index, Name: vm.Interface + "/" + vm.Address.String()})
 		p.DIPs = append(p.DIPs, nat.Local{VNI: vm.VNI, Addr: vm.Address})
+		// A dual-stack VM is listed once per address family with the
+		// same MAC and interface: one endpoint with both addresses.
+		k := vniMAC{vm.VNI, vm.MAC}
+		if i, ok := byMAC[k]; ok {
+			e := &p.Endpoints[i]
+			prev := p.Host.VMs[first[i]]
+			if prev.Interface != vm.Interface {
+				return nil, fmt.Errorf("hostagent: host %q: VNI %d MAC %v is on interface %s (%v) and on interface %s (%v); "+
+					"a MAC names one VM port", h.Name, vm.VNI, header.MAC(vm.MAC), prev.Interface, prev.Address, vm.Interface, vm.Address)
+			}
+			for _, a := range e.Addrs {
+				if a.Unmap().Is4() == vm.Address.Unmap().Is4() {
+					return nil, fmt.Errorf("hostagent: host %q: VNI %d MAC %v on interface %s has %v and %v; "+
+						"a VM has at most one address per family", h.Name, vm.VNI, header.MAC(vm.MAC), vm.Interface, a, vm.Address)
+				}
+			}
+			e.Addrs = append(e.Addrs, vm.Address)
+			e.Name += "," + vm.Address.String()
+			continue
+		}
+		byMAC[k] = len(p.Endpoints)
+		first = append(first, j)
+		p.Endpoints = append(p.Endpoints, encap.Local{VNI: vm.VNI, MAC: header.MAC(vm.MAC),
+			Addrs: []netip.Addr{vm.Address}, OutPort: vp.Index, Name: vm.Interface + "/" + vm.Address.String()})
 	}
 	if _, err := encap.NewLocals(p.Endpoints); err != nil {
 		return nil, fmt.Errorf("hostagent: host %q: %w", h.Name, err)

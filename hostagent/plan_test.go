@@ -97,7 +97,7 @@ func TestNewPlan(t *testing.T) {
 
 			// Endpoints for Decap, DIPs for NAT: in document order.
 			require.Len(t, p.Endpoints, 3)
-			assert.Equal(t, encap.Local{VNI: 100, MAC: [6]byte{2, 0, 0, 0, 1, 3}, Addr: addr("198.19.1.3"), OutPort: 3, Name: "vm3/198.19.1.3"}, p.Endpoints[0])
+			assert.Equal(t, encap.Local{VNI: 100, MAC: [6]byte{2, 0, 0, 0, 1, 3}, Addrs: []netip.Addr{addr("198.19.1.3")}, OutPort: 3, Name: "vm3/198.19.1.3"}, p.Endpoints[0])
 			assert.EqualValues(t, 1, p.Endpoints[1].OutPort)
 			assert.EqualValues(t, 2, p.Endpoints[2].OutPort)
 			assert.Equal(t, []nat.Local{{VNI: 100, Addr: addr("198.19.1.3")}, {VNI: 100, Addr: addr("198.19.1.2")}, {VNI: 200, Addr: addr("198.19.1.2")}}, p.DIPs)
@@ -124,6 +124,23 @@ func TestNewPlanErrors(t *testing.T) {
 				{VNI: 100, Address: netip.MustParseAddr("198.19.1.2"), MAC: [6]byte{2, 0, 0, 0, 1, 2}, Interface: "vm"},
 				{VNI: 200, Address: netip.MustParseAddr("198.19.1.3"), MAC: [6]byte{2, 0, 0, 0, 1, 3}, Interface: "vm"},
 			}}}}, host: "h", want: "interface vm has VMs in VNI 100 and VNI 200"},
+		{name: "a MAC on two interfaces", doc: vmDoc(
+			control.VM{VNI: 100, Address: netip.MustParseAddr("198.19.1.2"), MAC: [6]byte{2, 0, 0, 0, 1, 2}, Interface: "vm"},
+			control.VM{VNI: 100, Address: netip.MustParseAddr("2001:db8:1::2"), MAC: [6]byte{2, 0, 0, 0, 1, 2}, Interface: "vm6"},
+		), host: "h", want: `host "h": VNI 100 MAC 02:00:00:00:01:02 is on interface vm (198.19.1.2) and on interface vm6 (2001:db8:1::2); a MAC names one VM port`},
+		{name: "two IPv4 addresses on a MAC", doc: vmDoc(
+			control.VM{VNI: 100, Address: netip.MustParseAddr("198.19.1.2"), MAC: [6]byte{2, 0, 0, 0, 1, 2}, Interface: "vm"},
+			control.VM{VNI: 100, Address: netip.MustParseAddr("198.19.1.3"), MAC: [6]byte{2, 0, 0, 0, 1, 2}, Interface: "vm"},
+		), host: "h", want: `host "h": VNI 100 MAC 02:00:00:00:01:02 on interface vm has 198.19.1.2 and 198.19.1.3; a VM has at most one address per family`},
+		{name: "two IPv6 addresses on a dual-stack MAC", doc: vmDoc(
+			control.VM{VNI: 100, Address: netip.MustParseAddr("2001:db8:1::2"), MAC: [6]byte{2, 0, 0, 0, 1, 2}, Interface: "vm"},
+			control.VM{VNI: 100, Address: netip.MustParseAddr("198.19.1.2"), MAC: [6]byte{2, 0, 0, 0, 1, 2}, Interface: "vm"},
+			control.VM{VNI: 100, Address: netip.MustParseAddr("2001:db8:1::3"), MAC: [6]byte{2, 0, 0, 0, 1, 2}, Interface: "vm"},
+		), host: "h", want: "on interface vm has 2001:db8:1::2 and 2001:db8:1::3; a VM has at most one address per family"},
+		{name: "an address on two MACs", doc: vmDoc(
+			control.VM{VNI: 100, Address: netip.MustParseAddr("2001:db8:1::2"), MAC: [6]byte{2, 0, 0, 0, 1, 2}, Interface: "vm"},
+			control.VM{VNI: 100, Address: netip.MustParseAddr("2001:db8:1::2"), MAC: [6]byte{2, 0, 0, 0, 1, 3}, Interface: "vm"},
+		), host: "h", want: `VNI 100 address 2001:db8:1::2 already used by 0 ("vm/2001:db8:1::2")`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -132,6 +149,57 @@ func TestNewPlanErrors(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+// vmDoc is a one-host document built in code, with VMs the document format
+// would refuse.
+func vmDoc(vms ...control.VM) *control.Document {
+	return &control.Document{Version: 1, Hosts: []control.Host{{Name: "h",
+		Address: netip.MustParseAddr("198.19.0.2"), VXLANPort: 4789, VMs: vms}}}
+}
+
+// TestNewPlanDualStack: a VM listed once per family with one MAC and
+// interface is one Decap endpoint with both addresses, two NAT DIPs, and
+// the steering rules of the VIPs of both families on its one port.
+func TestNewPlanDualStack(t *testing.T) {
+	const dual = `version: 1
+vips:
+  - {name: web4, address: 198.18.100.1, protocol: tcp, port: 80, vni: 100, backends: [
+      {address: 198.19.1.2, port: 8080, mac: "02:00:00:00:01:02", host: 198.19.0.2}]}
+  - {name: web6, address: "2001:db8:100::1", protocol: tcp, port: 80, vni: 100, backends: [
+      {address: "2001:db8:1::2", port: 8080, mac: "02:00:00:00:01:02", host: 198.19.0.2},
+      {address: "2001:db8:1::3", mac: "02:00:00:00:01:03", host: 198.19.0.2}]}
+hosts:
+  - name: h
+    address: 198.19.0.2
+    vms:
+      - {vni: 100, address: 198.19.1.2, mac: "02:00:00:00:01:02", interface: vm2}
+      - {vni: 100, address: "2001:db8:1::3", mac: "02:00:00:00:01:03", interface: vm3}
+      - {vni: 100, address: "2001:db8:1::2", mac: "02:00:00:00:01:02", interface: vm2}
+`
+	addr := netip.MustParseAddr
+	p, err := hostagent.NewPlan(mustDoc(t, dual), "h", nil)
+	require.NoError(t, err)
+	assert.Equal(t, []encap.Local{
+		{VNI: 100, MAC: [6]byte{2, 0, 0, 0, 1, 2}, Addrs: []netip.Addr{addr("198.19.1.2"), addr("2001:db8:1::2")}, OutPort: 1, Name: "vm2/198.19.1.2,2001:db8:1::2"},
+		{VNI: 100, MAC: [6]byte{2, 0, 0, 0, 1, 3}, Addrs: []netip.Addr{addr("2001:db8:1::3")}, OutPort: 2, Name: "vm3/2001:db8:1::3"},
+	}, p.Endpoints)
+	assert.Equal(t, []nat.Local{{VNI: 100, Addr: addr("198.19.1.2")}, {VNI: 100, Addr: addr("2001:db8:1::3")}, {VNI: 100, Addr: addr("2001:db8:1::2")}}, p.DIPs)
+	require.Len(t, p.Ports, 2)
+	assert.ElementsMatch(t, []steer.SrcRule{{Addr: addr("198.19.1.2"), Port: 8080}, {Addr: addr("2001:db8:1::2"), Port: 8080}}, p.Ports[0].Steer.Src)
+	assert.Equal(t, []steer.SrcRule{{Addr: addr("2001:db8:1::3"), Port: 80}}, p.Ports[1].Steer.Src)
+
+	// The data path indexes it: one port, found by (VNI, MAC); both DIPs
+	// found by address.
+	ls, err := encap.NewLocals(p.Endpoints)
+	require.NoError(t, err)
+	i, ok := ls.Lookup(100, [6]byte{2, 0, 0, 0, 1, 2})
+	require.True(t, ok)
+	assert.EqualValues(t, 1, ls.At(i).OutPort)
+	dips, err := nat.NewLocals(p.DIPs)
+	require.NoError(t, err)
+	assert.True(t, dips.Contains(100, addr("2001:db8:1::2")))
+	assert.True(t, dips.Contains(100, addr("198.19.1.2")))
 }
 
 func TestPlanSameStructure(t *testing.T) {

@@ -30,12 +30,18 @@
 //
 //  1. Parse Ethernet with at most one 802.1Q tag (a second tag or a QinQ
 //     outer tag is "not IP"), then IPv4 (IHL honoured, tot_len checked
-//     against the frame) or the fixed IPv6 header (payload length checked).
-//     A header that does not fit or does not add up passes as Malformed;
-//     so does a TCP or UDP packet whose first fragment does not hold the
-//     whole TCP (20 bytes) or UDP (8 bytes) header. Nothing is steered
-//     unless it parsed.
-//  2. ICMPv6 neighbour discovery and MLD (types 130-137, 143) always pass.
+//     against the frame) or IPv6: the fixed header (payload length
+//     checked), then up to 8 hop-by-hop, routing, destination options and
+//     fragment headers, in any order, each within the payload length, to
+//     the upper-layer header — the same set and bound as the data path's
+//     parser (header.IPv6.TransportHeader). A header that does not fit or
+//     does not add up passes as Malformed, and so does a ninth extension
+//     header; so does a TCP or UDP packet whose first fragment does not
+//     hold the whole TCP (20 bytes) or UDP (8 bytes) header, or an ICMPv6
+//     message shorter than 4 bytes. Nothing is steered unless it parsed.
+//  2. ICMPv6 neighbour discovery and MLD (types 130-137, 143) always pass,
+//     behind extension headers too (an MLD report carries a hop-by-hop
+//     Router Alert).
 //  3. Destination rules, most specific first: (dst, proto, dport), then
 //     (dst, proto, any port), then (dst, any).
 //  4. VXLAN rules: UDP (dst, dport).
@@ -55,12 +61,15 @@
 // Ports and fragments: only TCP and UDP have ports. A non-first IPv4
 // fragment (offset != 0) has none, so it matches only (dst, proto, any
 // port), (dst, any) and (src, any) entries; a VIP that receives fragmented
-// traffic needs such an entry, or its later fragments go to the kernel. For
-// IPv6 only the fixed header is parsed: ports are read when the next header
-// is TCP or UDP directly; with an extension header (hop-by-hop, routing,
-// fragment, destination options, AH, ...) the upper protocol is unknown and
-// only (dst, any) and (src, any) entries match. Other protocols (ICMP,
-// ESP, ...) match (dst, proto, any port) and the address-wide entries.
+// traffic needs such an entry, or its later fragments go to the kernel.
+// IPv6 is the same once the extension headers are walked: a first fragment
+// (or an atomic one) has its ports; after a fragment header with a
+// non-zero offset the walk stops, and the fragment header's next header is
+// the protocol, without ports. Behind an extension header the program does
+// not walk (AH, mobility, HIP, shim6, the experimental 253 and 254) the
+// upper protocol is unknown and only (dst, any) and (src, any) entries
+// match. Other protocols (ICMP, ESP, ...) match (dst, proto, any port) and
+// the address-wide entries.
 //
 // # Lifecycle
 //

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdplb/xdplb/engine"
 )
 
 type golden struct {
@@ -62,11 +64,34 @@ func goldenFrames(tb testing.TB) []golden {
 		{"v6 wildcard vip udp", udp(client6, vipAny6, 40000, 53).frame(tb), outDst},
 		{"v6 wildcard vip icmpv6 echo", icmp(client6, vipAny6).frame(tb), outDst},
 		{"v6 vlan tcp to vip:port", tcp(client6, vipPort6, 40000, 443).withVLAN().frame(tb), outDst},
-		{"v6 hop-by-hop to vip:port", tcp(client6, vipPort6, 40000, 443).withExt(0).frame(tb), outNoMatch},
+		{"v6 hop-by-hop to vip:port", tcp(client6, vipPort6, 40000, 443).withExt(0).frame(tb), outDst},
+		{"v6 hop-by-hop to vip wrong port", tcp(client6, vipPort6, 40000, 444).withExt(0).frame(tb), outNoMatch},
 		{"v6 hop-by-hop to wildcard vip", tcp(client6, vipAny6, 40000, 443).withExt(0).frame(tb), outDst},
-		{"v6 fragment to vip:port", tcp(client6, vipPort6, 40000, 443).withExt(44).frame(tb), outNoMatch},
+		{"v6 atomic fragment to vip:port", tcp(client6, vipPort6, 40000, 443).withExt(44).frame(tb), outDst},
 		{"v6 fragment to wildcard vip", tcp(client6, vipAny6, 40000, 443).withExt(44).frame(tb), outDst},
+		{"v6 long destination options to vip:port", pkt{src: client6, dst: vipPort6, proto: 6, sport: 1, dport: 443, extLen: 3}.withExt(60).frame(tb), outDst},
+		{"v6 routing header to vip:port", tcp(client6, vipPort6, 40000, 443).withExt(43).frame(tb), outDst},
+		{"v6 all walked headers udp to udp-any-port vip", udp(client6, vipUDP6, 40000, 53).withExt(0, 60, 43, 44, 60).frame(tb), outDst},
+		{"v6 eight extension headers", udp(client6, vipUDP6, 40000, 53).withExt(0, 60, 60, 60, 60, 60, 60, 60).frame(tb), outDst},
+		{"v6 udp to udp-any-port vip", udp(client6, vipUDP6, 40000, 53).frame(tb), outDst},
+		{"v6 tcp to udp-any-port vip", tcp(client6, vipUDP6, 40000, 53).withExt(0).frame(tb), outNoMatch},
+		{"v6 hop-by-hop icmpv6 echo to udp-any-port vip", icmp(client6, vipUDP6).withExt(0).frame(tb), outNoMatch},
+		{"v6 hop-by-hop icmpv6 echo to wildcard vip", icmp(client6, vipAny6).withExt(0).frame(tb), outDst},
+		{"v6 ah to vip:port", tcp(client6, vipPort6, 40000, 443).withExt(51).frame(tb), outNoMatch},
+		{"v6 ah to udp-any-port vip", udp(client6, vipUDP6, 40000, 53).withExt(51).frame(tb), outNoMatch},
+		{"v6 ah to wildcard vip", tcp(client6, vipAny6, 40000, 443).withExt(0, 51).frame(tb), outDst},
 
+		// IPv6 fragments.
+		{"v6 first fragment to vip:port", pkt{src: client6, dst: vipPort6, proto: 6, sport: 1, dport: 443, moreFrags: true}.withExt(44).frame(tb), outDst},
+		{"v6 first fragment behind options to vip:port", pkt{src: client6, dst: vipPort6, proto: 6, sport: 1, dport: 443, moreFrags: true}.withExt(0, 44, 60).frame(tb), outDst},
+		{"v6 later fragment to vip:port", pkt{src: client6, dst: vipPort6, proto: 6, fragOff: 100}.withExt(44).frame(tb), outNoMatch},
+		{"v6 later fragment to wildcard vip", pkt{src: client6, dst: vipAny6, proto: 6, fragOff: 100, moreFrags: true}.withExt(44).frame(tb), outDst},
+		{"v6 later fragment to udp-any-port vip", pkt{src: client6, dst: vipUDP6, proto: 17, fragOff: 100}.withExt(0, 44).frame(tb), outDst},
+		{"v6 later tcp fragment to udp-any-port vip", pkt{src: client6, dst: vipUDP6, proto: 6, fragOff: 100}.withExt(44).frame(tb), outNoMatch},
+		{"v6 later fragment of a destination-options packet to udp-any-port vip", pkt{src: client6, dst: vipUDP6, proto: 17, fragOff: 100}.withExt(44, 60).frame(tb), outNoMatch},
+		{"v6 later fragment from dip:port", pkt{src: dipPort6, dst: client6, proto: 6, fragOff: 100}.withExt(44).frame(tb), outNoMatch},
+		{"v6 later fragment from dip", pkt{src: dipAny6, dst: client6, proto: 6, fragOff: 100}.withExt(44).frame(tb), outSrc},
+		{"v6 later icmpv6 fragment to wildcard vip", pkt{src: client6, dst: vipAny6, proto: 58, fragOff: 100}.withExt(44).frame(tb), outDst},
 		// IPv4 fragments.
 		{"v4 first fragment to vip:port", pkt{src: client4, dst: vipPort4, proto: 6, sport: 1, dport: 80, moreFrags: true}.frame(tb), outDst},
 		{"v4 later fragment to vip:port", pkt{src: client4, dst: vipPort4, proto: 6, fragOff: 100}.frame(tb), outNoMatch},
@@ -112,6 +137,8 @@ func goldenFrames(tb testing.TB) []golden {
 		{"v6 neighbour advertisement from wildcard dip", pkt{src: dipAny6, dst: client6, proto: 58, icmp6: 136 << 8}.frame(tb), outND},
 		{"v6 router solicitation from wildcard dip", pkt{src: dipAny6, dst: client6, proto: 58, icmp6: 133 << 8}.frame(tb), outND},
 		{"v6 mldv2 report from wildcard dip", pkt{src: dipAny6, dst: client6, proto: 58, icmp6: 143 << 8}.frame(tb), outND},
+		{"v6 mldv2 report with router alert from wildcard dip", pkt{src: dipAny6, dst: client6, proto: 58, icmp6: 143 << 8}.withExt(0).frame(tb), outND},
+		{"v6 neighbour solicitation behind options to wildcard vip", pkt{src: client6, dst: vipAny6, proto: 58, icmp6: 135 << 8}.withExt(60).frame(tb), outND},
 
 		// Malformed: never steered.
 		{"ethernet header only", edit(web4[:l3], func([]byte) {}), outMalformed},
@@ -129,6 +156,12 @@ func goldenFrames(tb testing.TB) []golden {
 		{"v6 payload past frame", edit(web6, put16(l3+4, uint16(len(web6)-l3-40+1))), outMalformed},
 		{"v6 tcp header cut by payload length", edit(web6, put16(l3+4, 19)), outMalformed},
 		{"v6 icmpv6 empty", edit(icmp(client6, vipAny6).frame(tb), put16(l3+4, 0)), outMalformed},
+		{"v6 nine extension headers", udp(client6, vipAny6, 40000, 53).withExt(0, 60, 60, 60, 60, 60, 60, 60, 60).frame(tb), outMalformed},
+		{"v6 hop-by-hop cut by payload length", edit(tcp(client6, vipAny6, 40000, 443).withExt(0).frame(tb), put16(l3+4, 7)), outMalformed},
+		{"v6 extension length past payload", edit(tcp(client6, vipAny6, 40000, 443).withExt(60).frame(tb), func(b []byte) { b[l3+40+1] = 9 }), outMalformed},
+		{"v6 tcp header cut after hop-by-hop", edit(tcp(client6, vipAny6, 40000, 443).withExt(0).frame(tb), put16(l3+4, 8+19)), outMalformed},
+		{"v6 udp header cut after fragment", edit(udp(client6, vipAny6, 40000, 53).withExt(44).frame(tb), put16(l3+4, 8+7)), outMalformed},
+		{"v6 icmpv6 cut after destination options", edit(icmp(client6, vipAny6).withExt(60).frame(tb), put16(l3+4, 8+3)), outMalformed},
 	}
 }
 
@@ -160,6 +193,29 @@ func TestGolden(t *testing.T) {
 				assert.Equal(t, c.want, m, "gopacket model")
 			})
 		}
+	}
+}
+
+// TestGoldenParse: every frame the program steers parses in the data path
+// (engine.ParsePacket, the Mux's and Host Agent's Parse stage) without a
+// drop, and the flow key it yields — protocol and ports found behind the
+// same IPv6 extension headers, no ports for a later fragment — makes the
+// same steering decision: what reaches a socket is what the data path
+// expects, and is counted there.
+func TestGoldenParse(t *testing.T) {
+	for _, c := range goldenFrames(t) {
+		if !c.want.steered() || c.want == outVXLAN {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			var p engine.Packet
+			buf := append([]byte(nil), c.frame...)
+			p.SetBuffer(nil, 0, buf, 0, len(buf), 0)
+			require.Zero(t, engine.ParsePacket(&p, 0), "parse drop")
+			k := p.Key
+			ports := (k.Proto == ProtoTCP || k.Proto == ProtoUDP) && p.Flags&engine.FlagNonFirstFrag == 0
+			assert.Equal(t, c.want, goldenCfg.decide(k.SrcAddr(), k.DstAddr(), k.Proto, ports, k.SrcPort, k.DstPort))
+		})
 	}
 }
 

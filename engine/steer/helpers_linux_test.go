@@ -31,6 +31,7 @@ var (
 	prober4   = netip.MustParseAddr("198.18.3.1")   // in infra 198.18.3.0/24
 	vipPort6  = netip.MustParseAddr("2001:db8::10") // tcp/443 only
 	vipAny6   = netip.MustParseAddr("2001:db8::11")
+	vipUDP6   = netip.MustParseAddr("2001:db8::12")  // udp, any port
 	hostVX6   = netip.MustParseAddr("2001:db8:1::1") // VXLAN endpoint (4789)
 	dipPort6  = netip.MustParseAddr("2001:db8:2::10")
 	dipAny6   = netip.MustParseAddr("2001:db8:2::11")
@@ -45,6 +46,7 @@ var (
 			{Addr: vipUDP4, Proto: ProtoUDP},
 			{Addr: vipPort6, Proto: ProtoTCP, Port: 443},
 			{Addr: vipAny6},
+			{Addr: vipUDP6, Proto: ProtoUDP},
 		},
 		VXLAN: []VXLANRule{{Local: hostVX4}, {Local: hostVX6, Port: 4789}},
 		Src: []SrcRule{
@@ -153,12 +155,12 @@ type pkt struct {
 	src, dst     netip.Addr
 	proto        layers.IPProtocol
 	sport, dport uint16
-	fragOff      uint16 // IPv4 fragment offset, in 8-byte units
+	fragOff      uint16 // IPv4 or IPv6 (ext 44) fragment offset, in 8-byte units
 	moreFrags    bool
 	ipOpts       int // IPv4: this many 4-byte words of NOP options
 	icmp6        layers.ICMPv6TypeCode
-	hasExt       bool // IPv6 extension header ext6 in front of the L4 header
-	ext6         byte // 0 (hop-by-hop) or 44 (fragment)
+	ext6         []byte // IPv6 extension headers in front of the L4 header, in order: 0 (hop-by-hop), 43 (routing), 44 (fragment), 51 (AH), 60 (destination options)
+	extLen       int    // hop-by-hop, routing and destination options: this many 8-byte units beyond the first
 	payload      []byte
 }
 
@@ -180,7 +182,10 @@ func icmp(src, dst netip.Addr) pkt {
 
 func (s pkt) withVLAN() pkt { s.vlan = true; return s }
 
-func (s pkt) withExt(nh byte) pkt { s.ext6, s.hasExt = nh, true; return s }
+func (s pkt) withExt(nh ...byte) pkt {
+	s.ext6 = append(append([]byte(nil), s.ext6...), nh...)
+	return s
+}
 
 func ethLayers(s pkt, typ layers.EthernetType) []gopacket.SerializableLayer {
 	eth := &layers.Ethernet{SrcMAC: macA, DstMAC: macB, EthernetType: typ}
@@ -236,19 +241,36 @@ func (s pkt) frame(tb testing.TB) []byte {
 	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: s.proto,
 		SrcIP: s.src.AsSlice(), DstIP: s.dst.AsSlice()}
 	body := s.l4(tb, ip)
-	if s.hasExt {
-		var ext [8]byte
-		ext[0] = byte(s.proto)
-		switch s.ext6 {
-		case 0: // hop-by-hop, one PadN option filling the 8 bytes
-			ext[2], ext[3] = 1, 4
-		case 44: // fragment: offset 0, more fragments
-			ext[3] = 1
-			binary.BigEndian.PutUint32(ext[4:], 0x2001db8)
-		}
-		ip.NextHeader = layers.IPProtocol(s.ext6)
-		body = append(ext[:], body...)
+	if s.fragOff != 0 {
+		body = append([]byte("fragment"), s.payload...) // no L4 header
 	}
+	next := byte(s.proto)
+	for i := len(s.ext6) - 1; i >= 0; i-- {
+		nh := s.ext6[i]
+		ext := make([]byte, 8)
+		switch nh {
+		case 0, 60: // one PadN option filling the header
+			ext = make([]byte, 8*(1+s.extLen))
+			ext[1], ext[2], ext[3] = byte(s.extLen), 1, byte(len(ext)-4)
+		case 43: // type 0 (the one gopacket decodes), segments left 0, s.extLen/2 addresses
+			ext = make([]byte, 8*(1+s.extLen))
+			ext[1] = byte(s.extLen)
+		case 44: // fragment: s.fragOff, s.moreFrags
+			binary.BigEndian.PutUint16(ext[2:], s.fragOff<<3)
+			if s.moreFrags {
+				ext[3] |= 1
+			}
+			binary.BigEndian.PutUint32(ext[4:], 0x2001db8)
+		case 51: // AH: 12 bytes of header and 4 of ICV, length in 4-byte units minus 2
+			ext = make([]byte, 16)
+			ext[1] = 2
+			binary.BigEndian.PutUint32(ext[4:], 0x100)
+		}
+		ext[0] = next
+		next = nh
+		body = append(ext, body...)
+	}
+	ip.NextHeader = layers.IPProtocol(next)
 	return gpkt.Serialize(tb, append(ethLayers(s, layers.EthernetTypeIPv6), ip, gopacket.Payload(body))...)
 }
 

@@ -87,35 +87,87 @@ func modelOutcome(cfg Config, frame []byte) (out outcome, ok bool) {
 		}
 		src, _ = netip.AddrFromSlice(ip.SrcIP)
 		dst, _ = netip.AddrFromSlice(ip.DstIP)
-		proto = ip.NextHeader
-		switch proto {
-		case layers.IPProtocolTCP, layers.IPProtocolUDP:
-			if proto == layers.IPProtocolTCP && ip.Length < 20 || proto == layers.IPProtocolUDP && ip.Length < 8 {
+		var later, done bool
+		var pay []byte
+		proto, pay, later, done, out = walk6(ip.NextHeader, frame[l3+40:l3+40+int(ip.Length)])
+		if done {
+			return out, out != ""
+		}
+		switch {
+		case later:
+			// A later fragment: the protocol without ports.
+		case proto == layers.IPProtocolTCP, proto == layers.IPProtocolUDP:
+			if proto == layers.IPProtocolTCP && len(pay) < 20 || proto == layers.IPProtocolUDP && len(pay) < 8 {
 				return outMalformed, true
 			}
 			ports = true
-			if !transportPorts(ip.Payload, proto, &sport, &dport) {
+			if !transportPorts(pay, proto, &sport, &dport) {
 				return "", false
 			}
-		case layers.IPProtocolICMPv6:
-			if ip.Length < 4 {
+		case proto == layers.IPProtocolICMPv6:
+			if len(pay) < 4 {
 				return outMalformed, true
 			}
-			icmp, _ := pk.Layer(layers.LayerTypeICMPv6).(*layers.ICMPv6)
-			if icmp == nil {
+			var icmp layers.ICMPv6
+			if icmp.DecodeFromBytes(pay, gopacket.NilDecodeFeedback) != nil {
 				return "", false
 			}
 			if t := icmp.TypeCode.Type(); t >= 130 && t <= 137 || t == 143 {
 				return outND, true
 			}
-		case layers.IPProtocolIPv6HopByHop, layers.IPProtocolIPv6Routing, layers.IPProtocolIPv6Fragment,
-			layers.IPProtocolAH, layers.IPProtocolIPv6Destination, 135, 139, 140, 253, 254:
+		case proto == layers.IPProtocolAH, proto == 135, proto == 139, proto == 140, proto == 253, proto == 254:
 			proto = 0
 		}
 	default:
 		return outNotIP, true
 	}
 	return cfg.decide(src, dst, uint8(proto), ports, sport, dport), true
+}
+
+// maxExt6 is how many IPv6 extension headers the program walks
+// (header.IPv6MaxExtensionHeaders).
+const maxExt6 = 8
+
+// walk6 walks the hop-by-hop, routing, destination options and fragment
+// headers at the start of pay (the IPv6 payload, cut to the payload
+// length), decoding each with gopacket, to the upper-layer protocol and
+// its bytes; later is true after a fragment header with a non-zero
+// offset. done is true when the outcome is decided already: malformed (a
+// header that does not fit, more than maxExt6 headers) or undecided
+// (gopacket cannot decode a header: out is "").
+func walk6(next layers.IPProtocol, pay []byte) (proto layers.IPProtocol, rest []byte, later, done bool, out outcome) {
+	for n := 0; ; n++ {
+		switch next {
+		case layers.IPProtocolIPv6HopByHop, layers.IPProtocolIPv6Routing,
+			layers.IPProtocolIPv6Destination, layers.IPProtocolIPv6Fragment:
+		default:
+			return next, pay, false, false, ""
+		}
+		if n == maxExt6 || len(pay) < 8 {
+			return 0, nil, false, true, outMalformed
+		}
+		if next != layers.IPProtocolIPv6Fragment && (int(pay[1])+1)*8 > len(pay) {
+			return 0, nil, false, true, outMalformed
+		}
+		typ := next.LayerType()
+		l := gopacket.NewPacket(pay, typ, gopacket.DecodeOptions{NoCopy: true}).Layer(typ)
+		switch h := l.(type) {
+		case *layers.IPv6HopByHop:
+			next = h.NextHeader
+		case *layers.IPv6Routing:
+			next = h.NextHeader
+		case *layers.IPv6Destination:
+			next = h.NextHeader
+		case *layers.IPv6Fragment:
+			next = h.NextHeader
+			if h.FragmentOffset != 0 {
+				return next, nil, true, false, ""
+			}
+		default:
+			return 0, nil, false, true, "" // gopacket cannot decode it
+		}
+		pay = l.LayerPayload()
+	}
 }
 
 // transportPorts decodes the TCP or UDP header at the start of payload

@@ -138,6 +138,6 @@ func printPlan(p *hostagent.Plan) {
 		fmt.Printf("VM port %s (port %d, VNI %d): steers replies from %v\n", vp.Interface, vp.Index, vp.VNI, vp.Steer.Src)
 	}
 	for _, e := range p.Endpoints {
-		fmt.Printf("  DIP %v MAC %v VNI %d on port %d\n", e.Addr, e.MAC, e.VNI, e.OutPort)
+		fmt.Printf("  DIPs %v MAC %v VNI %d on port %d\n", e.Addrs, e.MAC, e.VNI, e.OutPort)
 	}
 }

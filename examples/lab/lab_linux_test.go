@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -25,8 +26,9 @@ func TestLabRuns(t *testing.T) {
 	t.Logf("lab output:\n%s", out)
 	require.NoError(t, err)
 	require.Regexp(t, `HTTP: [1-9][0-9]* requests .* 0 errors`, string(out))
-	// UDP through the VIP: every datagram answered, by the VIP.
-	require.Regexp(t, `UDP echo: [1-9][0-9]* datagrams sent .* 0 lost, 0 wrong`, string(out))
+	require.Regexp(t, `HTTP over IPv6: [1-9][0-9]* requests to 2001:db8:100::1 .* 0 errors`, string(out))
+	// UDP through the VIPs: every datagram answered, by the VIP.
+	require.Regexp(t, `(?s)UDP echo: [1-9][0-9]* datagrams sent [^\n]* 0 lost, 0 wrong.*UDP echo: [1-9][0-9]* datagrams sent [^\n]* 0 lost, 0 wrong`, string(out))
 	// Clients and VMs keep the kernel's checksum offload: every node
 	// completed partial checksums.
 	for _, node := range []string{"mux1", "mux2", "host1", "host2"} {
@@ -35,7 +37,7 @@ func TestLabRuns(t *testing.T) {
 	// host3, without a Host Agent, gets finished checksums from the
 	// Muxes: its kernel counts no checksum error.
 	require.Regexp(t, `host3 kernel VXLAN, no Host Agent, since the start: vxlan100 rx [1-9][0-9]*, TcpInCsumErrors 0, UdpInCsumErrors 0`, string(out))
-	for _, vm := range pool {
+	for _, vm := range append(slices.Clone(pool), vms6...) {
 		m := regexp.MustCompile(vm.Name + ` ` + regexp.QuoteMeta(vm.Addr.String()) + `\s+host\d\s+\d+\s+[\d.]+%\s+(\d+)`).FindStringSubmatch(string(out))
 		require.NotNil(t, m, "%s in the report", vm.Name)
 		n, _ := strconv.Atoi(m[1])

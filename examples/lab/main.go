@@ -22,7 +22,12 @@
 // router → client, or host3's server (from the VIP) → router → client,
 // never through a Mux.
 //
-// Addresses are 198.18.0.0/15 only, inside the lab's namespaces. Needs
+// Everything is dual-stack: the VMs serve an IPv4 and an IPv6 VIP from
+// one MAC and eth0 each, and half the HTTP connections and a UDP echo
+// stream per client go to the IPv6 VIP, announced over BGP with an IPv6
+// next hop; the report has a table per family.
+//
+// Addresses are 198.18.0.0/15 and 2001:db8::/32 only, inside the lab's namespaces. Needs
 // root (namespaces, XDP, AF_XDP).
 package main
 
@@ -38,6 +43,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -157,7 +163,7 @@ func run(ctx context.Context, duration time.Duration, conns int, keep bool) (err
 	if err := waitReady(ctx, t); err != nil {
 		return err
 	}
-	fmt.Printf("sending HTTP (%d connections at a time) and UDP to %s for %v\n", conns, vip, duration)
+	fmt.Printf("sending HTTP (%d connections at a time) and UDP to %s and %s for %v\n", conns, vip, vip6, duration)
 	before := scrapeAll(t)
 	res := traffic(ctx, t, duration, conns)
 	if ctx.Err() != nil {
@@ -169,6 +175,7 @@ func run(ctx context.Context, duration time.Duration, conns int, keep bool) (err
 	if keep && ctx.Err() == nil {
 		fmt.Println("\nthe topology stays up until Ctrl-C; for instance:")
 		fmt.Printf("  ip netns exec %s curl -s http://%s/\n", t.Clients[0].Name(), vip)
+		fmt.Printf("  ip netns exec %s curl -s 'http://[%s]/'\n", t.Clients[0].Name(), vip6)
 		fmt.Printf("  ip netns exec %s ip route show %s\n", t.Router.Name(), vip)
 		fmt.Printf("  ip netns exec %s curl -s http://%s/metrics | grep xdplb_nat\n", t.Hosts[0].Name(), net.JoinHostPort(hostAddr(1), strconv.Itoa(metrics)))
 		<-ctx.Done()
@@ -217,7 +224,7 @@ func runRole(role, ifname, config, host, metricsAddr string) error {
 // (the VIP's ports 80 and 7 on the VIP, HTTP also on host3's address for
 // the probes).
 func (t *topo) serveVMs() error {
-	for _, vm := range vms {
+	for _, vm := range append(slices.Clone(vms), vms6...) {
 		if _, err := fleetlab.ServeVM(t.VMs[vm.Name], vm.Name, vm.Addr, dipTCP, dipUDP); err != nil {
 			return err
 		}
@@ -234,12 +241,13 @@ func (t *topo) serveVMs() error {
 func waitReady(ctx context.Context, t *topo) error {
 	fmt.Print("waiting for the VIP route, the health probes and the data paths... ")
 	start := time.Now()
-	vipRoute := netip.PrefixFrom(fleetlab.FleetVIP, 32)
-	if err := fleetlab.Poll(ctx, "the router's ECMP route to the VIP over both Muxes", 60*time.Second, func() bool {
-		hops, err := fleetlab.NextHops(t.Router, vipRoute)
-		return err == nil && len(hops) == 2
-	}); err != nil {
-		return err
+	for _, vipRoute := range []netip.Prefix{netip.PrefixFrom(fleetlab.FleetVIP, 32), netip.PrefixFrom(fleetlab.FleetVIP6, 128)} {
+		if err := fleetlab.Poll(ctx, "the router's ECMP route to "+vipRoute.String()+" over both Muxes", 60*time.Second, func() bool {
+			hops, err := fleetlab.NextHops(t.Router, vipRoute)
+			return err == nil && len(hops) == 2
+		}); err != nil {
+			return err
+		}
 	}
 	for i, n := range t.Muxes {
 		if err := fleetlab.Poll(ctx, fmt.Sprintf("mux%d: every backend up", i+1), 30*time.Second, func() bool {
@@ -247,7 +255,13 @@ func waitReady(ctx context.Context, t *topo) error {
 			if err != nil {
 				return false
 			}
-			for _, vm := range pool {
+			for _, vm := range vms {
+				if m[fmt.Sprintf(`xdplb_backend_up{backend=%q,vip="web"}`, vm.Name)] != 1 ||
+					m[fmt.Sprintf(`xdplb_backend_up{backend=%q,vip="web6"}`, vm.Name)] != 1 {
+					return false
+				}
+			}
+			for _, vm := range pool[len(vms):] {
 				if m[fmt.Sprintf(`xdplb_backend_up{backend=%q,vip="web"}`, vm.Name)] != 1 {
 					return false
 				}
@@ -267,9 +281,10 @@ func waitReady(ctx context.Context, t *topo) error {
 	}
 	for k, c := range t.Clients {
 		hc := fleetlab.HTTPClient(c, 3*time.Second)
-		if err := fleetlab.Poll(ctx, fmt.Sprintf("client%d: a first answer from the VIP", k+1), 30*time.Second, func() bool {
-			_, err := get(hc)
-			return err == nil
+		if err := fleetlab.Poll(ctx, fmt.Sprintf("client%d: a first answer from the VIPs", k+1), 30*time.Second, func() bool {
+			_, err := get(hc, vipURL)
+			_, err6 := get(hc, vip6URL)
+			return err == nil && err6 == nil
 		}); err != nil {
 			return err
 		}
@@ -287,13 +302,15 @@ type results struct {
 	firstErr             error
 	udpSent, udpAnswered atomic.Int64
 	udpWrong             atomic.Int64
+	// v6 is the same over IPv6 (nil in itself).
+	v6 *results
 }
 
 // traffic sends, from every client, HTTP GETs on new connections (conns
 // at a time over all clients) and UDP echo requests from new sockets (a
 // new flow each), until duration has passed or ctx is done.
 func traffic(ctx context.Context, t *topo, duration time.Duration, conns int) *results {
-	res := &results{perDIP: map[string]int{}}
+	res := &results{perDIP: map[string]int{}, v6: &results{perDIP: map[string]int{}}}
 	ctx, cancel := context.WithTimeout(ctx, duration)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -301,11 +318,16 @@ func traffic(ctx context.Context, t *topo, duration time.Duration, conns int) *r
 	for g := 0; g < conns; g++ {
 		c := t.Clients[g%len(t.Clients)]
 		hc := fleetlab.HTTPClient(c, 5*time.Second)
+		// Every other round of clients sends to the IPv6 VIP.
+		res, url := res, vipURL
+		if (g/len(t.Clients))%2 == 1 {
+			res, url = res.v6, vip6URL
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				body, err := get(hc)
+				body, err := get(hc, url)
 				res.mu.Lock()
 				if err != nil {
 					if ctx.Err() == nil {
@@ -321,35 +343,46 @@ func traffic(ctx context.Context, t *topo, duration time.Duration, conns int) *r
 			}
 		}()
 	}
-	echo := netip.AddrPortFrom(fleetlab.FleetVIP, vipUDP)
 	for _, c := range t.Clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ctx.Err() == nil; i++ {
-				msg := fmt.Sprintf("echo %d", i)
-				res.udpSent.Add(1)
-				answer, err := fleetlab.UDPEcho(c, echo, msg, time.Second)
-				if err != nil {
-					continue
+		for _, fam := range []struct {
+			res  *results
+			echo netip.AddrPort
+		}{{res, netip.AddrPortFrom(fleetlab.FleetVIP, vipUDP)}, {res.v6, netip.AddrPortFrom(fleetlab.FleetVIP6, vipUDP)}} {
+			res, echo := fam.res, fam.echo
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ctx.Err() == nil; i++ {
+					msg := fmt.Sprintf("echo %d", i)
+					res.udpSent.Add(1)
+					answer, err := fleetlab.UDPEcho(c, echo, msg, time.Second)
+					if err != nil {
+						continue
+					}
+					if _, rest, ok := strings.Cut(answer, ": "); ok && rest == msg {
+						res.udpAnswered.Add(1)
+					} else {
+						res.udpWrong.Add(1)
+					}
+					time.Sleep(5 * time.Millisecond)
 				}
-				if _, rest, ok := strings.Cut(answer, ": "); ok && rest == msg {
-					res.udpAnswered.Add(1)
-				} else {
-					res.udpWrong.Add(1)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}()
+			}()
+		}
 	}
 	wg.Wait()
 	res.elapsed = time.Since(start)
+	res.v6.elapsed = res.elapsed
 	return res
 }
 
-// get fetches http://VIP/ and returns the body: the name of the VM that
-// served it.
-func get(hc *http.Client) (string, error) { return fleetlab.Get(hc, "http://"+vip+"/") }
+// The VIPs' HTTP URLs.
+var (
+	vipURL  = "http://" + vip + "/"
+	vip6URL = "http://[" + vip6 + "]/"
+)
+
+// get fetches url and returns the body: the name of the VM that served it.
+func get(hc *http.Client, url string) (string, error) { return fleetlab.Get(hc, url) }
 
 // scrapeAll reads every Mux's and Host Agent's /metrics, by node name.
 func scrapeAll(t *topo) map[string]map[string]float64 {
@@ -369,32 +402,8 @@ func scrape(n *netlab.NS, addr string) (map[string]float64, error) {
 }
 
 func report(t *topo, res *results, before, after map[string]map[string]float64, conns int) {
-	total := 0
-	weights := 0
-	for _, vm := range pool {
-		total += res.perDIP[vm.Name]
-		weights += int(vm.Weight)
-	}
-	secs := res.elapsed.Seconds()
-	fmt.Printf("\nHTTP: %d requests in %.1fs = %.0f requests/s (%d connections at a time, one connection per request), %d errors\n",
-		total, secs, float64(total)/secs, conns, res.httpErrs)
-	if res.firstErr != nil {
-		fmt.Printf("  first error: %v\n", res.firstErr)
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "DIP\thost\tweight\texpected share\tconnections\tshare\t")
-	for _, vm := range pool {
-		share := 0.0
-		if total > 0 {
-			share = float64(res.perDIP[vm.Name]) / float64(total)
-		}
-		fmt.Fprintf(tw, "%s %s\thost%d\t%d\t%.1f%%\t%d\t%.1f%%\t\n", vm.Name, vm.Addr, vm.Host, vm.Weight,
-			100*float64(vm.Weight)/float64(weights), res.perDIP[vm.Name], 100*share)
-	}
-	tw.Flush()
-	sent, answered := res.udpSent.Load(), res.udpAnswered.Load()
-	fmt.Printf("UDP echo: %d datagrams sent (a new flow each), %d answered from the VIP, %d lost, %d wrong\n",
-		sent, answered, sent-answered-res.udpWrong.Load(), res.udpWrong.Load())
+	reportFamily("HTTP", vip, pool, res, (conns+1)/2)
+	reportFamily("HTTP over IPv6", vip6, vms6, res.v6, conns/2)
 
 	delta := func(node, key string) float64 { return after[node][key] - before[node][key] }
 	fmt.Println("\ndata paths during the traffic (from /metrics):")
@@ -431,10 +440,43 @@ func report(t *topo, res *results, before, after map[string]map[string]float64, 
 	fmt.Println("\nrouter's route table:")
 	out, _ := exec.Command("ip", "-n", t.Router.Name(), "route", "show").CombinedOutput()
 	fmt.Print(indent(string(out)))
+	out, _ = exec.Command("ip", "-n", t.Router.Name(), "-6", "route", "show", "root", "2001:db8:100::/48").CombinedOutput()
+	fmt.Print(indent(string(out)))
 	if t.bird != nil {
 		out, _ := t.bird.Birdc("show route")
 		fmt.Print(indent(out))
 	}
+}
+
+// reportFamily prints what the HTTP and UDP generators of one address
+// family saw: label names the family, pool its DIPs.
+func reportFamily(label, vip string, pool []fleetlab.VM, res *results, conns int) {
+	total := 0
+	weights := 0
+	for _, vm := range pool {
+		total += res.perDIP[vm.Name]
+		weights += int(vm.Weight)
+	}
+	secs := res.elapsed.Seconds()
+	fmt.Printf("\n%s: %d requests to %s in %.1fs = %.0f requests/s (%d connections at a time, one connection per request), %d errors\n",
+		label, total, vip, secs, float64(total)/secs, conns, res.httpErrs)
+	if res.firstErr != nil {
+		fmt.Printf("  first error: %v\n", res.firstErr)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "DIP\thost\tweight\texpected share\tconnections\tshare\t")
+	for _, vm := range pool {
+		share := 0.0
+		if total > 0 {
+			share = float64(res.perDIP[vm.Name]) / float64(total)
+		}
+		fmt.Fprintf(tw, "%s %s\thost%d\t%d\t%.1f%%\t%d\t%.1f%%\t\n", vm.Name, vm.Addr, vm.Host, vm.Weight,
+			100*float64(vm.Weight)/float64(weights), res.perDIP[vm.Name], 100*share)
+	}
+	tw.Flush()
+	sent, answered := res.udpSent.Load(), res.udpAnswered.Load()
+	fmt.Printf("UDP echo: %d datagrams sent (a new flow each), %d answered from the VIP, %d lost, %d wrong\n",
+		sent, answered, sent-answered-res.udpWrong.Load(), res.udpWrong.Load())
 }
 
 func indent(s string) string {

@@ -16,7 +16,9 @@ import (
 	"github.com/xdplb/xdplb/internal/netlab"
 )
 
-// The lab's topology is fleetlab's fleet with two clients:
+// The lab's topology is fleetlab's fleet with two clients, dual-stack
+// (every link also has 2001:db8:0:<subnet>::/64, every VM its IPv6
+// address 2001:db8:0:3<host>::<n> on the same eth0):
 //
 //	client1 [up 198.18.11.2] ─ [c1 198.18.11.1] ┐
 //	client2 [up 198.18.12.2] ─ [c2 198.18.12.1] ┤
@@ -52,7 +54,15 @@ var (
 		{Name: "web", Addr: fleetlab.FleetVIP, Proto: flow.ProtoTCP, Port: vipTCP, VNI: fleetlab.FleetVNI, DIPPort: dipTCP,
 			Probe: &health.Spec{Type: health.ProbeTCP, Interval: time.Second, Timeout: 300 * time.Millisecond, Rise: 1, Fall: 3}},
 		{Name: "echo", Addr: fleetlab.FleetVIP, Proto: flow.ProtoUDP, Port: vipUDP, VNI: fleetlab.FleetVNI, DIPPort: dipUDP},
+		{Name: "web6", Addr: fleetlab.FleetVIP6, Proto: flow.ProtoTCP, Port: vipTCP, VNI: fleetlab.FleetVNI, DIPPort: dipTCP,
+			Probe: &health.Spec{Type: health.ProbeTCP, Interval: time.Second, Timeout: 300 * time.Millisecond, Rise: 1, Fall: 3}},
+		{Name: "echo6", Addr: fleetlab.FleetVIP6, Proto: flow.ProtoUDP, Port: vipUDP, VNI: fleetlab.FleetVNI, DIPPort: dipUDP},
 	}
+	// The IPv6 side: the VIP 2001:db8:100::1 (same ports, same remap),
+	// served by the same VMs' IPv6 addresses on the same eth0 and MAC
+	// (fleetlab.Fleet.AddIPv6).
+	vip6 = fleetlab.FleetVIP6.String()
+	vms6 = fleetlab.FleetVMs6(vms)
 )
 
 func muxAddr(i int) string  { return fleetlab.FleetMuxAddr(i).String() }
@@ -76,6 +86,9 @@ func (t *topo) build() error {
 		return err
 	}
 	t.Fleet = f
+	if err := f.AddIPv6(vms6); err != nil {
+		return err
+	}
 	t.kernel, err = f.AttachKernelVXLAN(kernelHost, "h3", fleetlab.FleetKernelVXLANSubnet)
 	return err
 }
@@ -88,7 +101,7 @@ func (t *topo) writeDocument(mux int) (string, error) {
 		name = fmt.Sprintf("mux%d.yaml", mux)
 	}
 	path := filepath.Join(t.dir, name)
-	d := fleetlab.FleetDoc(1, mux, t.bird != nil, services, pool)
+	d := fleetlab.FleetDoc6(1, mux, t.bird != nil, services, pool, vms6)
 	d.Hosts = append(d.Hosts, kernelHost.Host()) // host3: kvx3's host, left out of the hosts section
 	return path, fleetlab.WriteDocument(path, d)
 }
@@ -97,14 +110,17 @@ func (t *topo) writeDocument(mux int) (string, error) {
 // over BGP, or a static ECMP route over both Muxes stands in for it.
 func (t *topo) routeVIP(ctx context.Context) error {
 	if err := fleetlab.HaveBIRD(); err != nil {
-		fmt.Println("BIRD 2 not found (Debian package bird2): the router uses a static ECMP route to the VIP")
+		fmt.Println("BIRD 2 not found (Debian package bird2): the router uses static ECMP routes to the VIPs")
+		if err := t.Router.AddMultipathRoute(vip6+"/128", fleetlab.FleetMuxAddr6(1).String(), fleetlab.FleetMuxAddr6(2).String()); err != nil {
+			return err
+		}
 		return t.Router.AddMultipathRoute(vip+"/32", muxAddr(1), muxAddr(2))
 	}
 	p, err := t.newProc("bird")
 	if err != nil {
 		return err
 	}
-	if t.bird, err = fleetlab.StartBIRD(t.Router, t.dir, fleetlab.FleetBIRD(), p.config()); err != nil {
+	if t.bird, err = fleetlab.StartBIRD(t.Router, t.dir, fleetlab.FleetBIRD6(), p.config()); err != nil {
 		p.logFile.Close()
 		return err
 	}

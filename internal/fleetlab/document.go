@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/xdplb/xdplb/control"
@@ -82,6 +83,11 @@ type Doc struct {
 	// Pool are the backends of every service and, on their hosts, the VM
 	// ports.
 	Pool []VM
+	// Pool6 are the backends of the services with an IPv6 VIP (Pool
+	// serves the others): the IPv6 addresses of VMs, usually Pool's
+	// (FleetVMs6) on the same ports and MACs — the hosts section lists
+	// such a VM once per family.
+	Pool6 []VM
 	// Hosts are the physical hosts; VM.Host numbers them from 1.
 	Hosts []Host
 	// OmitHosts leaves the hosts section out (the Muxes need only the
@@ -102,7 +108,11 @@ func (d *Doc) Document() *control.Document {
 	}
 	for _, s := range d.Services {
 		v := control.VIP{Name: s.Name, Address: s.Addr, Protocol: s.Proto, Port: s.Port, VNI: s.VNI, Probe: s.Probe}
-		for _, vm := range d.Pool {
+		pool := d.Pool
+		if s.Addr.Is6() {
+			pool = d.Pool6
+		}
+		for _, vm := range pool {
 			w := vm.Weight
 			if w == 0 {
 				w = control.DefaultWeight
@@ -124,7 +134,7 @@ func (d *Doc) Document() *control.Document {
 			continue
 		}
 		host := control.Host{Name: h.Name, Address: h.Addr, VXLANPort: control.DefaultVXLANPort}
-		for _, vm := range d.Pool {
+		for _, vm := range slices.Concat(d.Pool, d.Pool6) {
 			if vm.Host != j+1 || vm.Port == "" {
 				continue
 			}

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/health"
+	"github.com/xdplb/xdplb/hostagent"
 	"github.com/xdplb/xdplb/internal/fleetlab"
 )
 
@@ -22,6 +24,11 @@ var testServices = []fleetlab.Service{
 		Probe: &health.Spec{Type: health.ProbeTCP, Interval: time.Second, Timeout: 300 * time.Millisecond, Rise: 1, Fall: 3}},
 	{Name: "echo", Addr: fleetlab.FleetVIP, Proto: flow.ProtoUDP, Port: 7, VNI: fleetlab.FleetVNI, DIPPort: 7007},
 }
+
+// testServices6 are testServices and their IPv6 twins on FleetVIP6.
+var testServices6 = append(slices.Clone(testServices),
+	fleetlab.Service{Name: "web6", Addr: fleetlab.FleetVIP6, Proto: flow.ProtoTCP, Port: 80, VNI: fleetlab.FleetVNI, DIPPort: 8080},
+	fleetlab.Service{Name: "echo6", Addr: fleetlab.FleetVIP6, Proto: flow.ProtoUDP, Port: 7, VNI: fleetlab.FleetVNI, DIPPort: 7007})
 
 // TestDocRoundTrip checks that Document resolves every default as
 // control.Parse does: what the nodes read back from the file is exactly
@@ -38,6 +45,8 @@ func TestDocRoundTrip(t *testing.T) {
 		{"fleet, host agents", fleetlab.FleetDoc(1, 0, true, testServices, fleetlab.FleetVMs())},
 		{"fleet, mux2 with BGP", fleetlab.FleetDoc(7, 2, true, testServices, fleetlab.FleetVMs())},
 		{"fleet, mux1 without BGP", fleetlab.FleetDoc(2, 1, false, testServices, fleetlab.FleetVMs()[:1])},
+		{"dual-stack fleet, host agents", fleetlab.FleetDoc6(1, 0, true, testServices6, fleetlab.FleetVMs(), fleetlab.FleetVMs6(fleetlab.FleetVMs()))},
+		{"dual-stack fleet, mux1 with BGP", fleetlab.FleetDoc6(4, 1, true, testServices6, fleetlab.FleetVMs(), fleetlab.FleetVMs6(fleetlab.FleetVMs()))},
 		{"no hosts section, backends keep the port", &fleetlab.Doc{Version: 1, Node: "m",
 			BGP: fleetlab.MuxBGP(fleetlab.SubnetAddr(1, 2), fleetlab.SubnetAddr(1, 1)),
 			Services: []fleetlab.Service{{Name: "dns", Addr: netip.MustParseAddr("198.18.100.2"), Proto: flow.ProtoUDP,
@@ -89,6 +98,39 @@ func TestFleetDoc(t *testing.T) {
 	require.Equal(t, fleetlab.FleetMuxAddr(2), mux.BGP.RouterID)
 	require.Equal(t, []control.Peer{{Address: fleetlab.FleetMuxPeer(2), ASN: fleetlab.RouterASN, Port: 179}}, mux.BGP.Peers)
 	require.Nil(t, fleetlab.FleetDoc(3, 2, false, testServices, pool).Document().BGP)
+}
+
+// TestFleetDoc6: the dual-stack fleet's document serves the IPv6 VIP
+// from the VMs' IPv6 addresses, lists every VM once per family on one
+// port and MAC, announces IPv6 VIPs with the Mux's IPv6 next hop, and a
+// Host Agent plans it: one endpoint per VM with both addresses.
+func TestFleetDoc6(t *testing.T) {
+	vms := fleetlab.FleetVMs()
+	vms6 := fleetlab.FleetVMs6(vms)
+	require.Equal(t, "2001:db8:0:31::1", vms6[0].Addr.String())
+	require.Equal(t, "2001:db8:0:32::2", vms6[3].Addr.String())
+	require.Equal(t, vms[3].MAC, vms6[3].MAC)
+
+	doc := fleetlab.FleetDoc6(1, 0, true, testServices6, vms, vms6).Document()
+	require.Len(t, doc.VIPs, 4)
+	for _, v := range doc.VIPs {
+		for i, b := range v.Backends {
+			require.Equal(t, v.Address.Is6(), b.Address.Is6(), "%s backend %d", v.Name, i)
+		}
+	}
+	require.Equal(t, vms6[1].Addr, doc.VIPs[2].Backends[1].Address)
+	require.Len(t, doc.Hosts[0].VMs, 4, "host1: two VMs, two families")
+	require.Contains(t, doc.InfraPrefixes, netip.MustParsePrefix("2001:db8:0:1::/64"))
+
+	p, err := hostagent.NewPlan(doc, "host1", nil)
+	require.NoError(t, err)
+	require.Len(t, p.Endpoints, 2)
+	require.Equal(t, []netip.Addr{vms[0].Addr, vms6[0].Addr}, p.Endpoints[0].Addrs)
+	require.Len(t, p.DIPs, 4)
+
+	mux := fleetlab.FleetDoc6(1, 2, true, testServices6, vms, vms6).Document()
+	require.Equal(t, fleetlab.FleetMuxAddr6(2), mux.BGP.NextHop6)
+	require.Equal(t, "2001:db8:0:2::2", mux.BGP.NextHop6.String())
 }
 
 func TestSubnetAddr(t *testing.T) {

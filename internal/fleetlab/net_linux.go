@@ -22,12 +22,12 @@ import (
 )
 
 // HTTPClient returns an HTTP client whose connections are made from
-// inside n (IPv4, literal lab addresses only), one per request (no
+// inside n (literal lab addresses only, either family), one per request (no
 // keep-alive), each request bounded by timeout.
 func HTTPClient(n *netlab.NS, timeout time.Duration) *http.Client {
 	return &http.Client{Timeout: timeout, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
-			return n.Dial(ctx, "tcp4", address)
+			return n.Dial(ctx, network, address)
 		},
 		DisableKeepAlives: true,
 	}}
@@ -69,7 +69,7 @@ func Scrape(n *netlab.NS, addr netip.AddrPort) (map[string]float64, error) {
 // each time) and returns the answer, waiting at most timeout for it. A
 // connected socket accepts answers from to only.
 func UDPEcho(n *netlab.NS, to netip.AddrPort, msg string, timeout time.Duration) (string, error) {
-	c, err := n.Dial(context.Background(), "udp4", to.String())
+	c, err := n.Dial(context.Background(), network("udp", to.Addr()), to.String())
 	if err != nil {
 		return "", err
 	}
@@ -86,6 +86,14 @@ func UDPEcho(n *netlab.NS, to netip.AddrPort, msg string, timeout time.Duration)
 		return "", err
 	}
 	return string(buf[:k]), nil
+}
+
+// network returns "tcp4" or "tcp6" ("udp4", "udp6") for a's family.
+func network(proto string, a netip.Addr) string {
+	if a.Is6() && !a.Is4In6() {
+		return proto + "6"
+	}
+	return proto + "4"
 }
 
 // NextHops returns the gateways of n's main-table kernel route to p
@@ -167,7 +175,7 @@ type VMServer struct {
 //   - UDP echo on echoPort (0: none): every datagram is answered with
 //     "NAME: " and its payload.
 func ServeVM(n *netlab.NS, name string, addr netip.Addr, httpPort, echoPort uint16) (*VMServer, error) {
-	ln, err := n.Listen(context.Background(), "tcp4", netip.AddrPortFrom(addr, httpPort).String())
+	ln, err := n.Listen(context.Background(), network("tcp", addr), netip.AddrPortFrom(addr, httpPort).String())
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +212,7 @@ func ServeVM(n *netlab.NS, name string, addr netip.Addr, httpPort, echoPort uint
 	if echoPort == 0 {
 		return s, nil
 	}
-	s.echo, err = n.ListenPacket(context.Background(), "udp4", netip.AddrPortFrom(addr, echoPort).String())
+	s.echo, err = n.ListenPacket(context.Background(), network("udp", addr), netip.AddrPortFrom(addr, echoPort).String())
 	if err != nil {
 		s.http.Close()
 		return nil, err

@@ -279,7 +279,7 @@ func TestHostAgentDocumentIsValid(t *testing.T) {
 	assert.Equal(t, "povm1", plan.Ports[0].Interface)
 	assert.Equal(t, uint32(TunnelVNI), plan.Ports[0].VNI)
 	require.Len(t, plan.Endpoints, 1)
-	assert.Equal(t, DIPAddr, plan.Endpoints[0].Addr)
+	assert.Equal(t, []netip.Addr{DIPAddr}, plan.Endpoints[0].Addrs)
 	assert.Equal(t, [6]byte(mac), [6]byte(plan.Endpoints[0].MAC))
 	// The test traffic's sources are not infrastructure (never NATed).
 	for _, p := range plan.Infra {

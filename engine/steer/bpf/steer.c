@@ -9,6 +9,8 @@
  *
  * Matching order (first hit wins; see ../doc.go for the whole story):
  *   0. not Ethernet/IPv4/IPv6 with at most one 802.1Q tag  -> pass (not_ip)
+ *      IPv6: up to 8 hop-by-hop, routing, destination options
+ *      and fragment headers are walked to the upper layer
  *      header that fails a bounds or sanity check          -> pass (malformed)
  *      ICMPv6 ND/MLD (types 130-137, 143)                  -> pass (nd)
  *   1. destination rules: (dst, proto, dport), (dst, proto, 0), (dst, 0, 0)
@@ -211,16 +213,27 @@ static __always_inline int rule_hit(struct rule_key *k, __u8 proto, __be16 port)
 	return bpf_map_lookup_elem(&steer_rules, k) != 0;
 }
 
-/* IPv6 extension headers: the upper-layer protocol is not known without
- * walking them, which this program does not do. */
-static __always_inline int ipv6_ext(__u8 nh)
+/* IPv6 extension headers the program walks to the upper-layer header:
+ * the same set and bound as the Mux's parser (header.IPv6.TransportHeader,
+ * header.IPv6MaxExtensionHeaders). */
+#define IPPROTO_HOPOPTS 0
+#define IPPROTO_ROUTING 43
+#define IPPROTO_FRAGMENT 44
+#define IPPROTO_DSTOPTS 60
+#define IPV6_MAX_EXT 8
+
+static __always_inline int ipv6_walked(__u8 nh)
+{
+	return nh == IPPROTO_HOPOPTS || nh == IPPROTO_ROUTING ||
+	       nh == IPPROTO_FRAGMENT || nh == IPPROTO_DSTOPTS;
+}
+
+/* Extension headers the program does not walk: the upper-layer protocol
+ * behind them is unknown. */
+static __always_inline int ipv6_opaque(__u8 nh)
 {
 	switch (nh) {
-	case 0:   /* hop-by-hop */
-	case 43:  /* routing */
-	case 44:  /* fragment */
 	case 51:  /* AH */
-	case 60:  /* destination options */
 	case 135: /* mobility */
 	case 139: /* HIP */
 	case 140: /* shim6 */
@@ -242,7 +255,7 @@ int xdp_steer(struct xdp_md *ctx)
 	struct rule_key dk, sk;
 	__u32 classes;
 	__be16 eth_type, sport = 0, dport = 0;
-	__u8 *l3, proto, v6, ports = 0;
+	__u8 *l3, proto, v6, ports = 0, later = 0;
 	long ret;
 
 	st = bpf_map_lookup_elem(&steer_stats, &zero);
@@ -316,7 +329,38 @@ int xdp_steer(struct xdp_md *ctx)
 		proto = ip6->nexthdr;
 		__builtin_memcpy(dk.addr, ip6->daddr, 16);
 		__builtin_memcpy(sk.addr, ip6->saddr, 16);
-		if (proto == IPPROTO_TCP || proto == IPPROTO_UDP) {
+		/* Walk hop-by-hop, routing, destination options and fragment
+		 * headers, each within the payload length. After a fragment
+		 * header with a non-zero offset there is no upper-layer header:
+		 * proto is known, ports are not. */
+#pragma unroll
+		for (int i = 0; i < IPV6_MAX_EXT; i++) {
+			__u32 hl;
+
+			if (!ipv6_walked(proto))
+				break;
+			if (l4 + 8 > end || plen < 8)
+				goto malformed;
+			if (proto == IPPROTO_FRAGMENT) {
+				hl = 8;
+				if (*(__be16 *)(l4 + 2) & be16(0xfff8))
+					later = 1;
+			} else {
+				hl = ((__u32)l4[1] + 1) * 8;
+			}
+			if (hl > plen)
+				goto malformed;
+			proto = *l4;
+			l4 += hl;
+			plen -= hl;
+			if (later)
+				break;
+		}
+		if (!later && ipv6_walked(proto))
+			goto malformed; /* more than IPV6_MAX_EXT headers */
+		if (later) {
+			/* a later fragment: (dst, proto, 0) and (dst, 0, 0) */
+		} else if (proto == IPPROTO_TCP || proto == IPPROTO_UDP) {
 			__u32 need = proto == IPPROTO_TCP ? TCP_HLEN : UDP_HLEN;
 
 			if (l4 + 4 > end || plen < need)
@@ -336,7 +380,7 @@ int xdp_steer(struct xdp_md *ctx)
 				st->nd++;
 				return XDP_PASS;
 			}
-		} else if (ipv6_ext(proto)) {
+		} else if (ipv6_opaque(proto)) {
 			proto = 0; /* unknown: address-wide rules only */
 		}
 	} else {
