@@ -43,6 +43,11 @@ type Plan struct {
 	// document's infra_prefixes, the host's own address and
 	// Config.Infra. Replies from a DIP to them go to the kernel.
 	Infra []netip.Prefix
+	// TunnelSources are the prefixes VXLAN is accepted from (the Muxes):
+	// the document's mux_prefixes, or Config.TunnelSources when set (the
+	// agent's apply refuses a plan without any). Other VXLAN is dropped
+	// as bad_tunnel_source.
+	TunnelSources []netip.Prefix
 	// Uplink is the uplink steering program's configuration: VXLAN to the
 	// host's address and VXLAN port.
 	Uplink steer.Config
@@ -133,6 +138,7 @@ func NewPlan(doc *control.Document, host string, extraInfra []netip.Prefix) (*Pl
 	}
 	slices.SortFunc(infra, comparePrefix)
 	p.Infra = slices.Compact(infra)
+	p.TunnelSources = slices.Clone(doc.MuxPrefixes)
 
 	// Steering: which DIP endpoints serve a VIP. A backend port of 0
 	// keeps the VIP port; an all-ports VIP with such a backend serves
@@ -192,7 +198,8 @@ func (p *Plan) SameStructure(q *Plan) bool {
 	if p == nil || q == nil {
 		return false
 	}
-	if p.Host.Address != q.Host.Address || p.Host.VXLANPort != q.Host.VXLANPort || !slices.Equal(p.Infra, q.Infra) {
+	if p.Host.Address != q.Host.Address || p.Host.VXLANPort != q.Host.VXLANPort || !slices.Equal(p.Infra, q.Infra) ||
+		!slices.Equal(p.TunnelSources, q.TunnelSources) {
 		return false
 	}
 	return slices.EqualFunc(p.Ports, q.Ports, func(a, b VMPort) bool {
