@@ -183,6 +183,15 @@ func (s *Sources) SetPrefixes(node []netip.Addr, infra []netip.Prefix) error {
 	return nil
 }
 
+// Store replaces the set with one built by NewPrefixes (nil: the empty
+// set), whole.
+func (s *Sources) Store(set *Prefixes) {
+	if set == nil {
+		set = &Prefixes{}
+	}
+	s.set.Store(set)
+}
+
 // Prefixes returns the set in use.
 func (s *Sources) Prefixes() *Prefixes { return s.set.Load() }
 

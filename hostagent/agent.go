@@ -230,7 +230,7 @@ func (a *Agent) apply(doc *control.Document) error {
 		plan.TunnelSources = slices.Clone(a.cfg.TunnelSources)
 	}
 	if len(plan.TunnelSources) == 0 {
-		return fmt.Errorf("hostagent: version %d: %w", doc.Version, ErrNoTunnelSources)
+		return fmt.Errorf("hostagent: %s: version %d: %w", a.cfg.ConfigPath, doc.Version, ErrNoTunnelSources)
 	}
 	locals, err := encap.NewLocals(plan.Endpoints)
 	if err != nil {
