@@ -349,6 +349,15 @@ func TestNoTunnelSources(t *testing.T) {
 	a.cfg.TunnelSources = flag
 	require.NoError(t, a.apply(doc2(t, doc)))
 	require.Equal(t, flag, a.Plan().TunnelSources, "the flag overrides mux_prefixes")
+
+	// Other tunnel sources are another data path structure (a rebuild).
+	p1, err := NewPlan(doc, "host-1", nil)
+	require.NoError(t, err)
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.18.1.2/32")}, p1.TunnelSources)
+	p2 := *p1
+	require.True(t, p1.SameStructure(&p2))
+	p2.TunnelSources = flag
+	require.False(t, p1.SameStructure(&p2))
 }
 
 // doc2 returns doc as version 2.

@@ -22,9 +22,9 @@ const UplinkPort = 0
 // what an agent would do with a document can be printed and tested.
 //
 // Its parts fall in two groups. The structure — the host's address and
-// VXLAN port, the VM ports with their VNIs, the infrastructure prefixes —
-// shapes the data path (sockets, workers, pipelines, the NAT stages'
-// infrastructure filter); a document that changes it makes the agent
+// VXLAN port, the VM ports with their VNIs, the infrastructure prefixes,
+// the tunnel sources — shapes the data path (sockets, workers, pipelines,
+// the NAT stages' infrastructure filter, the Decap stage's sources); a document that changes it makes the agent
 // rebuild its data path. The contents — endpoints, DIPs, steering rules and
 // the VIP rules (flow.Rules, kept by the agent) — are swapped live.
 type Plan struct {
@@ -192,8 +192,8 @@ func comparePrefix(a, b netip.Prefix) int {
 
 // SameStructure reports whether q can run on the data path built for p:
 // the same host address and VXLAN port, the same VM ports with the same
-// VNIs, the same infrastructure prefixes. Otherwise the data path must be
-// rebuilt.
+// VNIs, the same infrastructure prefixes and tunnel sources. Otherwise the
+// data path must be rebuilt.
 func (p *Plan) SameStructure(q *Plan) bool {
 	if p == nil || q == nil {
 		return false
