@@ -81,11 +81,25 @@ func compile(p netip.Prefix) prefix {
 	return prefix{hi: binary.BigEndian.Uint64(b[:8]), lo: binary.BigEndian.Uint64(b[8:]), maskHi: mh, maskLo: ml}
 }
 
+// prefix4 is a compiled IPv4 prefix.
+type prefix4 struct{ net, mask uint32 }
+
+func compile4(p prefix) prefix4 { return prefix4{net: uint32(p.hi >> 32), mask: uint32(p.maskHi >> 32)} }
+
+func match4(ps []prefix4, a uint32) bool {
+	for _, p := range ps {
+		if a&p.mask == p.net {
+			return true
+		}
+	}
+	return false
+}
+
 // Prefixes is an immutable set of node addresses and infrastructure
 // prefixes, per family, as Sources matches them.
 type Prefixes struct {
-	node4, node6   []prefix
-	infra4, infra6 []prefix
+	node4, infra4 []prefix4
+	node6, infra6 []prefix
 }
 
 // NewPrefixes compiles a set: the node's own addresses and the
@@ -99,7 +113,7 @@ func NewPrefixes(node []netip.Addr, infra []netip.Prefix) (*Prefixes, error) {
 		a = a.Unmap().WithZone("")
 		pf := compile(netip.PrefixFrom(a, a.BitLen()))
 		if a.Is4() {
-			s.node4 = append(s.node4, pf)
+			s.node4 = append(s.node4, compile4(pf))
 		} else {
 			s.node6 = append(s.node6, pf)
 		}
@@ -112,7 +126,7 @@ func NewPrefixes(node []netip.Addr, infra []netip.Prefix) (*Prefixes, error) {
 			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
 		}
 		if p.Addr().Is4() {
-			s.infra4 = append(s.infra4, compile(p))
+			s.infra4 = append(s.infra4, compile4(compile(p)))
 		} else {
 			s.infra6 = append(s.infra6, compile(p))
 		}
@@ -133,10 +147,14 @@ func match(ps []prefix, hi, lo uint64) bool {
 // classify reports whether a client address is one of the node's or in
 // an infrastructure prefix.
 func (s *Prefixes) classify(addr *[16]byte, family uint8) (node, infra bool) {
-	hi, lo := binary.BigEndian.Uint64(addr[:8]), binary.BigEndian.Uint64(addr[8:])
 	if family == flow.FamilyIPv4 {
-		return match(s.node4, hi, lo), match(s.infra4, hi, lo)
+		a := binary.BigEndian.Uint32(addr[:4])
+		return match4(s.node4, a), match4(s.infra4, a)
 	}
+	if len(s.node6) == 0 && len(s.infra6) == 0 {
+		return false, false
+	}
+	hi, lo := binary.BigEndian.Uint64(addr[:8]), binary.BigEndian.Uint64(addr[8:])
 	return match(s.node6, hi, lo), match(s.infra6, hi, lo)
 }
 
@@ -262,12 +280,36 @@ type TTL struct{}
 // Process implements engine.Stage.
 func (TTL) Process(b *engine.Batch) {
 	for _, p := range b.Packets() {
-		if Expired(p) {
+		if !step(p) {
 			b.Drop(p, DropTTLExceeded)
-			continue
 		}
-		Decrement(p)
 	}
+}
+
+// step is Expired and Decrement in one pass over the header: it reports
+// false for an expired packet and decrements the others.
+func step(p *engine.Packet) bool {
+	data := p.Data()
+	l3 := int(p.L3Off)
+	switch {
+	case p.Flags&engine.FlagIPv4 != 0 && l3+header.IPv4MinSize <= len(data):
+		ip := header.IPv4(data[l3 : l3+header.IPv4MinSize])
+		t := ip.TTL()
+		if t <= 1 {
+			return false
+		}
+		old := uint16(t)<<8 | uint16(ip.Protocol())
+		ip.SetTTL(t - 1)
+		ip.SetChecksum(header.ChecksumUpdate16(ip.Checksum(), old, old-0x100))
+	case p.Flags&engine.FlagIPv6 != 0 && l3+header.IPv6Size <= len(data):
+		ip := header.IPv6(data[l3 : l3+header.IPv6Size])
+		h := ip.HopLimit()
+		if h <= 1 {
+			return false
+		}
+		ip.SetHopLimit(h - 1)
+	}
+	return true
 }
 
 // Expired reports whether p's TTL or hop limit is 1 or 0: the node that

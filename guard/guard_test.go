@@ -289,3 +289,38 @@ func TestGuardNoAllocs(t *testing.T) {
 	require.NotZero(t, st.DropsByName()["src_vip"])
 	require.NotZero(t, st.DropsByName()["src_infra"])
 }
+
+// BenchmarkGuard is the cost of both stages over whole batches of client
+// packets that pass (Parse alone is the baseline sub-benchmark).
+func BenchmarkGuard(b *testing.B) {
+	s, err := guard.NewSources(guard.SourcesConfig{Rules: newRules(b), Node: []netip.Addr{node4, node6}, Infra: infra})
+	require.NoError(b, err)
+	frames := make([][]byte, engine.MaxBatch)
+	for i := range frames {
+		frames[i] = frame(b, netip.AddrFrom4([4]byte{198, 18, 11, byte(i)}), vip4, 64, false, 0)
+	}
+	for _, bc := range []struct {
+		name   string
+		stages []engine.Stage
+	}{
+		{"parse", []engine.Stage{engine.Parse{}}},
+		{"parse+sources", []engine.Stage{engine.Parse{}, s}},
+		{"parse+ttl", []engine.Stage{engine.Parse{}, guard.TTL{}}},
+		{"parse+sources+ttl", []engine.Stage{engine.Parse{}, s, guard.TTL{}}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			port, err := engine.NewMemPort(engine.MemPortConfig{})
+			require.NoError(b, err)
+			port.Replay(frames)
+			w, err := engine.NewWorker(engine.WorkerConfig{Ports: []engine.Port{port},
+				Inputs: []engine.Input{{Port: 0, Pipeline: engine.NewPipeline(bc.stages...)}}})
+			require.NoError(b, err)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				w.Poll()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*engine.MaxBatch), "ns/pkt")
+		})
+	}
+}
