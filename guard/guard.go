@@ -84,7 +84,9 @@ func compile(p netip.Prefix) prefix {
 // prefix4 is a compiled IPv4 prefix.
 type prefix4 struct{ net, mask uint32 }
 
-func compile4(p prefix) prefix4 { return prefix4{net: uint32(p.hi >> 32), mask: uint32(p.maskHi >> 32)} }
+func compile4(p prefix) prefix4 {
+	return prefix4{net: uint32(p.hi >> 32), mask: uint32(p.maskHi >> 32)}
+}
 
 func match4(ps []prefix4, a uint32) bool {
 	for _, p := range ps {
