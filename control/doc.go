@@ -61,6 +61,8 @@
 //	hash_seed       0         fleet-wide flow hash seed (flow.NewHasher), 0..2^64-1
 //	node.name       ""        this node's identity; a Host Agent picks its host by it
 //	infra_prefixes  none      prefixes (no host bits) whose traffic is never NATed
+//	mux_prefixes    none      prefixes (no host bits) the Muxes send VXLAN from; Host Agents accept
+//	                          VXLAN from nothing else and refuse to run without them (or -tunnel-sources)
 //	bgp             none      a Mux's BGP speaker (below)
 //	vips            none      the services (below)
 //	hosts           none      hosts and VMs, for Host Agents (below)

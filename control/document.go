@@ -58,6 +58,12 @@ type Document struct {
 	// InfraPrefixes are infrastructure source prefixes (health probers,
 	// Muxes) whose traffic is never NATed.
 	InfraPrefixes []netip.Prefix
+	// MuxPrefixes are the prefixes the Muxes send VXLAN from (their
+	// uplink addresses): a Host Agent accepts VXLAN only from them (unless
+	// its -tunnel-sources overrides them) and refuses to run without any;
+	// a Mux refuses VIP traffic from them (src_infra), as from
+	// InfraPrefixes.
+	MuxPrefixes []netip.Prefix
 	// BGP is the Mux's BGP configuration; nil when the document has none.
 	BGP *BGP
 	// VIPs are the services, in document order.

@@ -36,6 +36,13 @@ func (d *Document) Marshal() ([]byte, error) {
 		}
 		add(root, "infra_prefixes", s)
 	}
+	if len(d.MuxPrefixes) > 0 {
+		s := sequence()
+		for _, p := range d.MuxPrefixes {
+			s.Content = append(s.Content, strNode(p.String()))
+		}
+		add(root, "mux_prefixes", s)
+	}
 	if b := d.BGP; b != nil {
 		n := mapping()
 		add(n, "asn", uintNode(uint64(b.ASN)))

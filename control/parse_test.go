@@ -84,7 +84,7 @@ func TestParseErrors(t *testing.T) {
 		{"comments only", "# nothing here\n",
 			[]string{`1:1: empty document (want at least "version: 1")`}},
 		{"not a mapping", "- version: 1\n",
-			[]string{`1:1: want a mapping of version, written, hash_seed, node, infra_prefixes, bgp, vips, hosts, checksum, got a list`}},
+			[]string{`1:1: want a mapping of version, written, hash_seed, node, infra_prefixes, mux_prefixes, bgp, vips, hosts, checksum, got a list`}},
 		{"yaml syntax", "version: 1\nvips: [\n",
 			[]string{`2: invalid YAML: did not find expected node content`}},
 		{"two documents", base + "---\nversion: 2\n",
@@ -114,7 +114,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown key typo hides missing", edit(t, "        address: 198.19.1.1", "        adress: 198.19.1.1"),
 			[]string{`9:9: vips[0].backends[0]: unknown key "adress" (did you mean "address"?)`}},
 		{"unknown key far", base + "colour: red\n",
-			[]string{`12:1: unknown key "colour" (want version, written, hash_seed, node, infra_prefixes, bgp, vips, hosts, checksum)`}},
+			[]string{`12:1: unknown key "colour" (want version, written, hash_seed, node, infra_prefixes, mux_prefixes, bgp, vips, hosts, checksum)`}},
 		{"repeated key", edit(t, "    port: 80\n", "    port: 80\n    port: 81\n"),
 			[]string{`7:5: vips[0].port: repeated key (first at line 6)`}},
 		{"bad mac", edit(t, `"02:00:00:00:01:01"`, `"02:00:00:00:01"`),
@@ -211,6 +211,11 @@ func TestParseErrors(t *testing.T) {
 				`13:5: infra_prefixes[0]: "198.18.0.1/24" has bits set past the prefix length (did you mean 198.18.0.0/24?)`,
 				`14:5: infra_prefixes[1]: "198.18.0.1" is an address (want a prefix: 198.18.0.1/32?)`,
 				`16:5: infra_prefixes[3]: prefix 198.18.0.0/24 is listed twice (first at infra_prefixes[2], line 15)`,
+			}},
+		{"mux prefixes", base + "mux_prefixes:\n  - 198.18.0.1/28\n  - 198.18.0.1\n",
+			[]string{
+				`13:5: mux_prefixes[0]: "198.18.0.1/28" has bits set past the prefix length (did you mean 198.18.0.0/28?)`,
+				`14:5: mux_prefixes[1]: "198.18.0.1" is an address (want a prefix: 198.18.0.1/32?)`,
 			}},
 		{"written", edit(t, "version: 1\n", "version: 1\nwritten: yesterday\n"),
 			[]string{`2:10: written: "yesterday" is not an RFC 3339 time (want an RFC 3339 time, e.g. 2026-11-30T10:00:00Z)`}},
@@ -323,6 +328,7 @@ func TestParseExample(t *testing.T) {
 	assert.Equal(t, uint64(0x5eed1234), d.HashSeed)
 	assert.Equal(t, "mux-1", d.Node.Name)
 	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24"), netip.MustParsePrefix("2001:db8:ff::/64")}, d.InfraPrefixes)
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.18.0.0/28")}, d.MuxPrefixes)
 
 	assert.Equal(t, &BGP{
 		ASN: 65010, RouterID: netip.MustParseAddr("198.18.0.10"), ListenPort: 179,
@@ -398,7 +404,7 @@ vips:
 `
 	_, err := Parse([]byte(doc))
 	// Extension keys are not allowed at the top level either.
-	require.EqualError(t, err, `2:1: unknown key "x-probe" (want version, written, hash_seed, node, infra_prefixes, bgp, vips, hosts, checksum)`)
+	require.EqualError(t, err, `2:1: unknown key "x-probe" (want version, written, hash_seed, node, infra_prefixes, mux_prefixes, bgp, vips, hosts, checksum)`)
 
 	doc = strings.Replace(doc, "x-probe: &probe {type: http, path: /ready}\n", "", 1)
 	doc = strings.Replace(doc, "    probe: *probe\n", "    probe: &probe {type: http, path: /ready}\n", 1)

@@ -16,7 +16,7 @@ import (
 
 // Known keys of each mapping, in the order Marshal writes them.
 var (
-	documentKeys = []string{"version", "written", "hash_seed", "node", "infra_prefixes", "bgp", "vips", "hosts", "checksum"}
+	documentKeys = []string{"version", "written", "hash_seed", "node", "infra_prefixes", "mux_prefixes", "bgp", "vips", "hosts", "checksum"}
 	nodeKeys     = []string{"name"}
 	bgpKeys      = []string{"asn", "router_id", "listen_port", "hold_time", "withdraw_grace", "next_hop", "next_hop6", "peers"}
 	peerKeys     = []string{"address", "asn", "port", "passive"}
@@ -120,6 +120,7 @@ func (d *decoder) document(root *yaml.Node) *Document {
 		}
 	}
 	doc.InfraPrefixes = d.prefixes(o.vals["infra_prefixes"], "infra_prefixes")
+	doc.MuxPrefixes = d.prefixes(o.vals["mux_prefixes"], "mux_prefixes")
 	if bo := d.object(o.vals["bgp"], "bgp", bgpKeys); bo != nil {
 		doc.BGP = d.bgp(bo)
 	}

@@ -78,6 +78,7 @@ func TestNoAllocs(t *testing.T) {
 	}{
 		{"encap v4 in v4", newEncap(t, encap.EncapConfig{}), repeat(v4pkt().build(), 64), true, true, false, ""},
 		{"encap v6 in v6", newEncap(t, encap.EncapConfig{}), repeat(v6pkt().build(), 64), true, true, false, ""},
+		{"encap decrementing TTL", newEncap(t, encap.EncapConfig{DecrementTTL: true}), repeat(v4pkt().build(), 64), true, true, true, ""},
 		{"encap ICMP errors", newEncap(t, encap.EncapConfig{MTU: 1400, ICMPRate: 1e9}), [][]byte{big4.build(), big6.build()}, true, true, true, "emit"},
 		{"encap rate limited", newEncap(t, encap.EncapConfig{MTU: 1400, ICMPRate: 1, ICMPBurst: 1}), repeat(big4.build(), 64), true, true, true, "mtu_exceeded"},
 		{"decap", newDecap(t, encap.DecapConfig{}, nil), repeat(vxlan{src: mux6, dst: host6, vni: testVNI, tos: 3, inner: withDst(ect0.build(), dipMAC, nil)}.build(), 64), false, false, true, ""},

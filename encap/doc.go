@@ -12,8 +12,11 @@
 //
 // # The encapsulated frame
 //
-// Encap leaves the inner packet untouched and rebuilds only its Ethernet
-// header: destination the backend's MAC, source the received one (or
+// Encap leaves the inner packet untouched — but for its TTL / hop limit
+// with EncapConfig.DecrementTTL, which the Mux sets because it routes the
+// packet: one less, the IPv4 header checksum updated incrementally, and a
+// packet arriving with 1 or 0 dropped as ttl_exceeded (package guard) —
+// and rebuilds only its Ethernet header: destination the backend's MAC, source the received one (or
 // EncapConfig.InnerSrcMAC), no VLAN tags (the uplink's tags are not the
 // tenant's), no Ethernet padding. In front of it go, per RFC 7348:
 //

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/guard"
 	"github.com/xdplb/xdplb/header"
 )
 
@@ -80,6 +81,14 @@ type EncapConfig struct {
 	// many it may send at once (default max(1, ICMPRate/10)).
 	ICMPRate  int
 	ICMPBurst int
+	// DecrementTTL makes the stage route the inner packet as a router
+	// does: a packet whose TTL / hop limit is 1 or 0 is dropped
+	// (ttl_exceeded, see package guard: no ICMP time exceeded is sent),
+	// the others leave with it one less (the inner IPv4 header checksum
+	// updated incrementally). The check comes before the MTU check and the
+	// decrement after it, so a fragmentation needed / packet too big error
+	// quotes the packet as it arrived. The Mux sets it.
+	DecrementTTL bool
 	// Clock returns monotonic nanoseconds for the ICMP rate limit; nil
 	// means time since the stage was made. It is read only for packets
 	// that exceed the MTU. Tests inject one.
@@ -276,6 +285,9 @@ func (e *Encap) encap(b *engine.Batch, p *engine.Packet) engine.DropReason {
 	if l3 < header.EthernetSize || l3+l3len > len(data) {
 		return engine.DropUnsupported
 	}
+	if e.cfg.DecrementTTL && guard.Expired(p) {
+		return guard.DropTTLExceeded
+	}
 	inner := header.EthernetSize + l3len // VLAN tags and Ethernet padding go
 	if hdr-header.EthernetSize+inner > e.cfg.MTU {
 		return e.tooBig(b, p, hdr, l3, l3len)
@@ -283,6 +295,9 @@ func (e *Encap) encap(b *engine.Batch, p *engine.Packet) engine.DropReason {
 	start := l3 - header.EthernetSize // where the untagged inner frame starts
 	if p.Headroom()+start < hdr {
 		return engine.DropNoHeadroom
+	}
+	if e.cfg.DecrementTTL {
+		guard.Decrement(p)
 	}
 
 	src := e.cfg.InnerSrcMAC

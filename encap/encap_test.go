@@ -1,6 +1,7 @@
 package encap_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/rand/v2"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdplb/xdplb/encap"
+	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/header"
 	"github.com/xdplb/xdplb/internal/gpkt"
@@ -317,4 +319,83 @@ func TestEncapCustomPortTTL(t *testing.T) {
 	assert.Equal(t, uint16(8472), header.UDP(got[34:]).DstPort())
 	assert.Equal(t, uint8(9), header.IPv4(got[14:]).TTL())
 	assert.True(t, header.IPv4(got[14:]).IsChecksumValid())
+}
+
+// TestEncapDecrementTTL: with DecrementTTL the inner packet leaves with
+// its TTL / hop limit one less (the inner IPv4 header checksum still
+// verifying, by gopacket's and an RFC 1071 loop's reading), one arriving
+// with 1 or 0 is dropped (ttl_exceeded), and a packet too big for the
+// tunnel is answered quoting its TTL as it arrived.
+func TestEncapDecrementTTL(t *testing.T) {
+	ttl := func(p pkt, v uint8) []byte {
+		b := p.build()
+		if p.src.Is4() {
+			b[14+8] = v
+			binary.BigEndian.PutUint16(b[14+10:], 0)
+			binary.BigEndian.PutUint16(b[14+10:], gpkt.Checksum(b[14:34]))
+		} else {
+			b[14+7] = v
+		}
+		return b
+	}
+	big4 := v4pkt()
+	big4.size = 1450
+	for _, tc := range []struct {
+		name    string
+		frame   []byte
+		off     bool // DecrementTTL not set
+		want    string
+		wantTTL uint8
+	}{
+		{"v4 64", ttl(v4pkt(), 64), false, "", 63},
+		{"v4 2", ttl(v4pkt(), 2), false, "", 1},
+		{"v4 1", ttl(v4pkt(), 1), false, "ttl_exceeded", 0},
+		{"v4 0", ttl(v4pkt(), 0), false, "ttl_exceeded", 0},
+		{"v6 64", ttl(v6pkt(), 64), false, "", 63},
+		{"v6 1", ttl(v6pkt(), 1), false, "ttl_exceeded", 0},
+		{"off: v4 1 passes untouched", ttl(v4pkt(), 1), true, "", 1},
+		{"too big", ttl(big4, 9), false, "emit", 9},
+		{"too big with TTL 1", ttl(big4, 1), false, "ttl_exceeded", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			ps := r.load(0, tc.frame)
+			balanced(ps, ruleFor(ps[0].Key.DstAddr(), host4), 0)
+			r.run(newEncap(t, encap.EncapConfig{MTU: 1400, ICMPRate: 1e9, DecrementTTL: !tc.off}))
+			p := ps[0]
+			if tc.want == "emit" {
+				require.Equal(t, engine.VerdictEmit, p.Verdict)
+				out := data(p)
+				// The quote starts 8 bytes into the ICMP message: TTL as
+				// received.
+				pk := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+				ic, ok := pk.Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4)
+				require.True(t, ok)
+				require.Equal(t, tc.frame[14:14+len(ic.Payload)], []byte(ic.Payload), "the quote is the packet as it arrived")
+				return
+			}
+			require.Equal(t, tc.want, reason(p))
+			if tc.want != "" {
+				return
+			}
+			out := data(p)
+			pk := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+			vx, ok := pk.Layer(layers.LayerTypeVXLAN).(*layers.VXLAN)
+			require.True(t, ok)
+			inner := gopacket.NewPacket(vx.Payload, layers.LayerTypeEthernet, gopacket.Default)
+			want := bytes.Clone(tc.frame[14:])
+			got := vx.Payload[14:]
+			if ip, ok := inner.Layer(layers.LayerTypeIPv4).(*layers.IPv4); ok {
+				require.Equal(t, tc.wantTTL, ip.TTL)
+				require.Zero(t, gpkt.Checksum(got[:20]), "inner IPv4 header checksum")
+				want[8] = tc.wantTTL
+				copy(want[10:12], got[10:12])
+			} else {
+				ip := inner.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
+				require.Equal(t, tc.wantTTL, ip.HopLimit)
+				want[7] = tc.wantTTL
+			}
+			require.Equal(t, want, []byte(got), "nothing else of the inner packet changes")
+		})
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/xdplb/xdplb/control"
@@ -54,13 +55,22 @@ type Config struct {
 	// infra_prefixes (the host's own address is always one).
 	Infra []netip.Prefix
 	// TunnelSources, when not empty, are the prefixes VXLAN may come from
-	// (the Muxes); other VXLAN is dropped (encap.DecapConfig.Sources).
+	// (the Muxes), in place of the document's mux_prefixes; other VXLAN
+	// is dropped (bad_tunnel_source, encap.DecapConfig.Sources). With
+	// neither, the agent refuses the document: VXLAN from anyone would
+	// reach the VMs around the Muxes.
 	TunnelSources []netip.Prefix
 	// IdleSpins is passed to the workers (engine.WorkerConfig).
 	IdleSpins int
 	// Logger receives the agent's logs (default slog.Default()).
 	Logger *slog.Logger
 }
+
+// ErrNoTunnelSources is returned (wrapped) by the agent for a document
+// without mux_prefixes when Config.TunnelSources is empty too.
+var ErrNoTunnelSources = errors.New("no tunnel sources: the document has no mux_prefixes and -tunnel-sources " +
+	"(Config.TunnelSources) is empty, so VXLAN from anyone would reach the VMs; add the prefixes the Muxes " +
+	"send VXLAN from at the document's top level, e.g. \"mux_prefixes: [198.18.1.0/24]\", or give -tunnel-sources")
 
 // Agent is a running Host Agent node.
 type Agent struct {
@@ -215,6 +225,12 @@ func (a *Agent) apply(doc *control.Document) error {
 	plan, err := NewPlan(doc, host, a.cfg.Infra)
 	if err != nil {
 		return fmt.Errorf("version %d: %w", doc.Version, err)
+	}
+	if len(a.cfg.TunnelSources) > 0 {
+		plan.TunnelSources = slices.Clone(a.cfg.TunnelSources)
+	}
+	if len(plan.TunnelSources) == 0 {
+		return fmt.Errorf("hostagent: %s: version %d: %w", a.cfg.ConfigPath, doc.Version, ErrNoTunnelSources)
 	}
 	locals, err := encap.NewLocals(plan.Endpoints)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/xdplb/xdplb/engine/nexthop"
 	"github.com/xdplb/xdplb/engine/rawip"
 	"github.com/xdplb/xdplb/engine/steer"
+	"github.com/xdplb/xdplb/guard"
 	"github.com/xdplb/xdplb/nat"
 )
 
@@ -25,11 +26,15 @@ import (
 // means the same interface in every worker and each worker transmits only
 // on sockets it owns. Its inputs are those sockets, the uplink through
 //
-//	Decap → partial checksums → nat.Inbound                          (→ the VM's port)
+//	Decap → source filter → partial checksums → nat.Inbound                     (→ the VM's port)
 //
 // and every VM port through
 //
-//	Parse{VNI} → partial checksums → nat.Return → NextHop(L3Dst)     (→ the uplink, DSR)
+//	Parse{VNI} → client filter → TTL → partial checksums → nat.Return → NextHop(L3Dst)  (→ the uplink, DSR)
+//
+// (Decap accepts VXLAN only from Plan.TunnelSources; the filters drop
+// a client that is a VIP or a martian, package guard; TTL decrements the
+// reply's TTL / hop limit, as the host routes it.)
 //
 // Sockets on queues at or above the worker count (an interface with more
 // queues than another) are extra inputs of worker queue % workers.
@@ -239,8 +244,22 @@ func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *
 // interface uplinkIndex, resolved by r. The stages are safe for concurrent
 // use: every worker shares them.
 func (a *Agent) pipelines(plan *Plan, tr *nat.Translator, uplinkIndex int, r encap.Resolver) (*engine.Pipeline, []*engine.Pipeline, error) {
+	if len(plan.TunnelSources) == 0 {
+		return nil, nil, fmt.Errorf("hostagent: %w", ErrNoTunnelSources)
+	}
 	decap, err := encap.NewDecap(encap.DecapConfig{Addrs: []netip.Addr{plan.Host.Address},
-		Port: plan.Host.VXLANPort, Sources: a.cfg.TunnelSources}, &a.endpoints)
+		Port: plan.Host.VXLANPort, Sources: plan.TunnelSources}, &a.endpoints)
+	if err != nil {
+		return nil, nil, fmt.Errorf("hostagent: %w", err)
+	}
+	// Spoofed clients: a request from a VIP or a martian (inner source),
+	// a reply to one (destination on the return path). Infrastructure
+	// sources are the NAT stages' (nat_infra).
+	inSrc, err := guard.NewSources(guard.SourcesConfig{Rules: a.rules})
+	if err != nil {
+		return nil, nil, fmt.Errorf("hostagent: %w", err)
+	}
+	retDst, err := guard.NewSources(guard.SourcesConfig{Rules: a.rules, Destination: true})
 	if err != nil {
 		return nil, nil, fmt.Errorf("hostagent: %w", err)
 	}
@@ -252,10 +271,15 @@ func (a *Agent) pipelines(plan *Plan, tr *nat.Translator, uplinkIndex int, r enc
 	// Partial checksums are completed before NAT rewrites them
 	// (engine.PartialChecksums): VMs and containers on this machine always
 	// send them, and so may clients on the Muxes' machines.
-	inbound := engine.NewPipeline(decap, a.partialStage(a.cfg.Uplink), tr.Inbound())
+	// The return path routes the VM's packets: their TTL / hop limit goes
+	// down by one (guard.TTL), so a loop nobody thought of ends. Before
+	// nat.Return, which hands direct connections to the slow path at once
+	// (Emit): the host routes those too.
+	inbound := engine.NewPipeline(decap, inSrc, a.partialStage(a.cfg.Uplink), tr.Inbound())
 	returns := make([]*engine.Pipeline, len(plan.Ports))
 	for i, vp := range plan.Ports {
-		returns[i] = engine.NewPipeline(engine.Parse{VNI: vp.VNI}, a.partialStage(vp.Interface), tr.Return(), nh)
+		returns[i] = engine.NewPipeline(engine.Parse{VNI: vp.VNI}, retDst, guard.TTL{}, a.partialStage(vp.Interface),
+			tr.Return(), nh)
 	}
 	return inbound, returns, nil
 }

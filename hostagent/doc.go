@@ -5,8 +5,8 @@
 // ports, the VIP rules (flow.Rules) and the infrastructure prefixes — and
 // runs the two halves of Direct Server Return:
 //
-//	uplink RX  → VXLAN Decap (VM port by VNI, inner MAC) → PartialChecksums → nat.Inbound (VIP→DIP) → TX VM port
-//	VM port RX → Parse (the port's VNI) → PartialChecksums → nat.Return (DIP→VIP) → NextHop (L3Dst)  → TX uplink
+//	uplink RX  → VXLAN Decap (VM port by VNI, inner MAC) → client filter → PartialChecksums → nat.Inbound (VIP→DIP) → TX VM port
+//	VM port RX → Parse (the port's VNI) → client filter → TTL → PartialChecksums → nat.Return (DIP→VIP) → NextHop (L3Dst) → TX uplink
 //
 // Replies leave straight for the client's next hop: the Mux never sees
 // them. Decap finds the VM port by (VNI, MAC); the NAT stages find the DIP
@@ -19,6 +19,20 @@
 // configured. The packets of a direct connection to a DIP (not through a
 // VIP; see package nat) leave nat.Return untranslated for the slow path,
 // whose kernel routes them.
+//
+// # Spoofing and loops
+//
+// Decap accepts VXLAN only from the Muxes: the document's mux_prefixes, or
+// Config.TunnelSources (-tunnel-sources) in their place; other VXLAN is
+// dropped (bad_tunnel_source), and the agent refuses a document that gives
+// neither (ErrNoTunnelSources), since anyone reaching the host's VXLAN
+// port could otherwise put frames on its VMs' networks around the Muxes.
+// The client filters (package guard) drop a request whose inner source, or
+// a reply whose destination, is a VIP or a martian (src_vip, src_martian):
+// a spoofed VIP:7 → VIP:7 datagram answered by an echo service would loop
+// through the router and the Muxes. The host routes the VMs' packets, so
+// the TTL stage takes one from their TTL / hop limit and drops those that
+// arrive with 1 or 0 (ttl_exceeded), direct connections included.
 //
 // # Steering
 //
@@ -51,7 +65,7 @@
 // A new version is applied whole or refused: the plan, the rules snapshot
 // and the indexes are built first. When it keeps the data path's structure
 // (same host address and VXLAN port, same VM ports and VNIs, same
-// infrastructure prefixes) the rules, endpoints, DIPs and steering rules
+// infrastructure prefixes and tunnel sources) the rules, endpoints, DIPs and steering rules
 // are swapped live; otherwise the running data path keeps the previous
 // version until the agent has stopped it and built a new one. A rebuild
 // hands the interfaces it keeps over whole: their steering programs stay

@@ -61,8 +61,9 @@ func haDocument() *fleetlab.Doc { return haDocumentOf(1, haVMs...) }
 func haDocumentOf(v uint64, vms ...fleetlab.VM) *fleetlab.Doc {
 	vip := netip.MustParseAddr(haVIP)
 	return &fleetlab.Doc{
-		Version: v,
-		Infra:   []netip.Prefix{netip.MustParsePrefix("198.18.1.0/24")},
+		Version:     v,
+		Infra:       []netip.Prefix{netip.MustParsePrefix("198.18.1.0/24")},
+		MuxPrefixes: []netip.Prefix{netip.PrefixFrom(netip.MustParseAddr(haMux), 32)},
 		Services: []fleetlab.Service{
 			{Name: "web", Addr: vip, Proto: flow.ProtoTCP, Port: 80, VNI: 100, DIPPort: 8080,
 				Probe: &health.Spec{Type: health.ProbeTCP, Interval: time.Second, Timeout: 300 * time.Millisecond, Rise: 1, Fall: 3}},

@@ -186,12 +186,49 @@ func (c *fuzzConv) direct(frame, out []byte) {
 	require.False(t, known, "a reply of a connection through the VIP left untranslated")
 	want := slices.Clone(frame)
 	copy(want[d.l3:], gpkt.CompletePartialIP(frame[d.l3:d.end]))
+	// The host routes it: TTL one less, the IPv4 header checksum as right
+	// or wrong as it was (an incremental update).
+	o := decodeFuzzFrame(out)
+	require.True(t, o.ok(), "the output is not Ethernet/IP to gopacket: %v", o.pkt)
+	ttl := c.ttl(d, o)
+	want[ttl.off] = out[ttl.off]
+	if d.ip4 != nil {
+		copy(want[d.l3+10:d.l3+12], out[d.l3+10:d.l3+12])
+		require.Equal(t, ipv4ChecksumOK(frame[d.l3:]), ipv4ChecksumOK(out[o.l3:]), "IPv4 header checksum validity")
+	}
 	require.Equal(t, want, out, "a direct connection's packet changed")
 }
 
 // dropped checks what can be said of a dropped frame.
 func (c *fuzzConv) dropped(in int, frame []byte, reason string) {
 	t := c.t
+	if in == UplinkPort && (reason == "src_vip" || reason == "src_martian") {
+		// The client filter: gopacket's inner source is what the reason
+		// says.
+		_, inner, ok := decapOracle(frame)
+		require.True(t, ok, "%s for a frame gopacket finds no VXLAN in", reason)
+		d := decodeFuzzFrame(inner)
+		require.True(t, d.ok(), "%s for an inner frame gopacket cannot read", reason)
+		require.Equal(t, reason, fuzzSpoofed(d.srcAddr()), "%s for inner source %v", reason, d.srcAddr())
+		return
+	}
+	if in == UplinkPort && reason == "bad_tunnel_source" {
+		outer, _, ok := decapOracle(frame)
+		if ok {
+			require.NotEqual(t, pipeMux, outer.srcAddr(), "VXLAN from the Mux (mux_prefixes) dropped as bad_tunnel_source")
+		}
+		return
+	}
+	if in != UplinkPort && (reason == "src_vip" || reason == "src_martian" || reason == "ttl_exceeded") {
+		d := decodeFuzzFrame(frame)
+		require.True(t, d.ok(), "%s for a frame gopacket cannot read", reason)
+		if reason == "ttl_exceeded" {
+			require.LessOrEqual(t, d.ttl(), uint8(1), "ttl_exceeded for TTL / hop limit %d", d.ttl())
+		} else {
+			require.Equal(t, reason, fuzzSpoofed(d.dstAddr()), "%s for a reply to %v", reason, d.dstAddr())
+		}
+		return
+	}
 	if in == UplinkPort {
 		if reason == "ecn_ce_not_ect" {
 			outer, inner, ok := decapOracle(frame)
@@ -235,6 +272,8 @@ func (c *fuzzConv) inbound(frame, out []byte, vm int) {
 	// ECN: RFC 6040 section 4.2, normal mode.
 	want := rfc6040[i.ecn()][ipECN(outer)]
 	require.NotEqual(t, ecnDrop, want, "forwarded what RFC 6040 drops")
+	require.Empty(t, fuzzSpoofed(i.srcAddr()), "delivered a packet from a spoofed client %v", i.srcAddr())
+	require.Equal(t, pipeMux, outer.srcAddr(), "delivered VXLAN from %v, not a Mux (mux_prefixes)", outer.srcAddr())
 	require.Equal(t, want, o.ecn(), "inner ECN after decapsulation (inner %d, outer %d)", i.ecn(), ipECN(outer))
 
 	allowed := []span{o.addrSpan(false), o.ecnSpan()}
@@ -271,6 +310,7 @@ func (c *fuzzConv) reply(frame, out []byte) {
 	require.Equal(t, routerMAC.String(), o.eth.DstMAC.String(), "Ethernet destination")
 	require.Equal(t, uplinkMAC.String(), o.eth.SrcMAC.String(), "Ethernet source")
 	require.Equal(t, pipeVIP.Addr(), o.srcAddr(), "IP source")
+	require.Empty(t, fuzzSpoofed(i.dstAddr()), "a reply to a spoofed client %v left", i.dstAddr())
 	dips := []netip.Addr{fuzzVMs[1].dip, fuzzVMs[2].dip}
 	if i.kind != kindICMPError {
 		// An ICMP error names its connection by its quote alone: its
@@ -278,7 +318,7 @@ func (c *fuzzConv) reply(frame, out []byte) {
 		require.Contains(t, dips, i.srcAddr(), "translated a packet not from a DIP")
 	}
 
-	allowed := []span{{0, 12}, o.addrSpan(true)}
+	allowed := []span{{0, 12}, o.addrSpan(true), c.ttl(i, o)}
 	switch i.kind {
 	case kindPorts:
 		require.EqualValues(t, fuzzDIPPort, i.srcPort(), "DIP port")
@@ -298,6 +338,33 @@ func (c *fuzzConv) reply(frame, out []byte) {
 		require.Failf(t, "translated a packet that is neither TCP/UDP, a fragment nor an ICMP error", "%v", i.pkt)
 	}
 	c.common(i, o, allowed)
+}
+
+// ttl checks that a frame from a VM left with the TTL / hop limit of i
+// one less (i's was 2 or more) and returns that byte's span.
+func (c *fuzzConv) ttl(i, o *fuzzFrame) span {
+	c.t.Helper()
+	require.Greater(c.t, i.ttl(), uint8(1), "forwarded with TTL / hop limit %d", i.ttl())
+	require.Equal(c.t, i.ttl()-1, o.ttl(), "TTL / hop limit of the routed packet")
+	if o.ip4 != nil {
+		return span{o.l3 + 8, 1}
+	}
+	return span{o.l3 + 7, 1}
+}
+
+// fuzzSpoofed returns the client filter's reason for a client address a
+// (the inner source inbound, a reply's destination): src_martian for
+// 0/8, 127/8, 224/4, 255.255.255.255, ::, ::1, ff00::/8 and
+// ::ffff:0:0/96, src_vip for the VIP, "" otherwise.
+func fuzzSpoofed(a netip.Addr) string {
+	switch {
+	case a.Is4() && (a.As4()[0] == 0 || a.IsLoopback() || a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255})),
+		a.Is6() && (a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.Is4In6()):
+		return "src_martian"
+	case a == pipeVIP.Addr():
+		return "src_vip"
+	}
+	return ""
 }
 
 // common checks what both directions promise: only the allowed bytes
@@ -495,6 +562,14 @@ layers:
 }
 
 func (d *fuzzFrame) ok() bool { return d.eth != nil && (d.ip4 != nil || d.ip6 != nil) }
+
+// ttl returns the IPv4 TTL or IPv6 hop limit.
+func (d *fuzzFrame) ttl() uint8 {
+	if d.ip4 != nil {
+		return d.ip4.TTL
+	}
+	return d.ip6.HopLimit
+}
 
 func (d *fuzzFrame) netLayer() gopacket.NetworkLayer {
 	if d.ip4 != nil {
@@ -786,6 +861,17 @@ func pipelineSeeds(tb testing.TB) []pipelineSeed {
 	ce := func(ip *layers.IPv4, _ *layers.VXLAN) { ip.TOS = ecnCE }
 	ect1 := func(ip *layers.IPv4, _ *layers.VXLAN) { ip.TOS = ecnECT1 }
 
+	// Spoofed clients and tunnels, expiring replies (TestPipelinesGuard).
+	fromVIP := gpkt.Serialize(tb, tcpLayers(macA, clientMAC, pipeVIP, pipeVIP, true, false, "loop")...)
+	fromLoopback := gpkt.Serialize(tb, tcpLayers(macA, clientMAC, netip.MustParseAddrPort("127.0.0.1:40000"), pipeVIP, true, false, "")...)
+	notMux := wrapVXLAN(tb, ack, func(ip *layers.IPv4, _ *layers.VXLAN) { ip.SrcIP = pipeClient.Addr().AsSlice() })
+	toVIP := gpkt.Serialize(tb, tcpLayers(uplinkMAC, macA, dipA, pipeVIP, true, true, "")...)
+	ttlReply := func(ttl uint8) []byte {
+		ls := tcpLayers(uplinkMAC, macA, dipA, pipeClient, true, true, "")
+		ls[1].(*layers.IPv4).TTL = ttl
+		return gpkt.Serialize(tb, ls...)
+	}
+
 	up := func(frame []byte) pipelineSeed { return pipelineSeed{port1: UplinkPort, frame1: frame} }
 	conv := func(frame1 []byte, vm uint8, frame2 []byte) pipelineSeed {
 		return pipelineSeed{port1: UplinkPort, frame1: frame1, port2: vm, frame2: frame2}
@@ -831,6 +917,12 @@ func pipelineSeeds(tb testing.TB) []pipelineSeed {
 		{port1: 0, frame1: []byte{}},
 		{port1: 1, frame1: make([]byte, 60)},
 		{port1: 0, frame1: arpRequest()},
+		up(wrapVXLAN(tb, fromVIP, nil)),
+		up(wrapVXLAN(tb, fromLoopback, nil)),
+		up(notMux),
+		conv(inA, 1, toVIP),
+		conv(inA, 1, ttlReply(1)),
+		conv(inA, 1, ttlReply(2)),
 	}
 }
 

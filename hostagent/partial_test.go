@@ -16,6 +16,7 @@ import (
 // port remaps, so both NAT directions rewrite addresses and ports of
 // every kind of segment.
 const partialDoc = `version: 1
+mux_prefixes: [198.18.1.2/32]
 vips:
   - {name: web4, address: 198.18.100.1, protocol: tcp, port: 80, vni: 100,
      backends: [{name: a, address: 198.18.4.1, port: 8080, mac: "02:00:00:00:04:01", host: 198.18.3.2}]}

@@ -1,9 +1,11 @@
 package hostagent
 
 import (
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/google/gopacket"
@@ -24,6 +26,7 @@ import (
 
 const pipeDoc = `version: 1
 infra_prefixes: [198.18.1.0/24]
+mux_prefixes: [198.18.1.2/32]
 vips:
   - name: web
     address: 198.18.100.1
@@ -148,9 +151,11 @@ func decodeTCP(t testing.TB, f []byte) (eth *layers.Ethernet, src, dst netip.Add
 	ip := pkt.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
 	tcp = pkt.Layer(layers.LayerTypeTCP).(*layers.TCP)
 	// Recompute the checksums over the decoded layers: they must agree.
-	want := gpkt.Serialize(t, tcpLayers(eth.DstMAC, eth.SrcMAC,
+	ls := tcpLayers(eth.DstMAC, eth.SrcMAC,
 		netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip.SrcIP.To4())), uint16(tcp.SrcPort)),
-		netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip.DstIP.To4())), uint16(tcp.DstPort)), tcp.SYN, tcp.ACK, string(tcp.Payload))...)
+		netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip.DstIP.To4())), uint16(tcp.DstPort)), tcp.SYN, tcp.ACK, string(tcp.Payload))
+	ls[1].(*layers.IPv4).TTL = ip.TTL
+	want := gpkt.Serialize(t, ls...)
 	wpkt := gopacket.NewPacket(want, layers.LayerTypeEthernet, gopacket.Default)
 	assert.Equal(t, wpkt.Layer(layers.LayerTypeIPv4).(*layers.IPv4).Checksum, ip.Checksum, "IPv4 checksum")
 	assert.Equal(t, wpkt.Layer(layers.LayerTypeTCP).(*layers.TCP).Checksum, tcp.Checksum, "TCP checksum")
@@ -195,6 +200,7 @@ func TestPipelinesDSRRoundTrip(t *testing.T) {
 			back := r.ports[UplinkPort].Transmitted()
 			require.Len(t, back, 1)
 			eth, src, dst, _ = decodeTCP(t, back[0])
+			assert.Equal(t, uint8(63), back[0][14+8], "the host routes the reply: TTL one less")
 			assert.Equal(t, routerMAC.String(), eth.DstMAC.String())
 			assert.Equal(t, uplinkMAC.String(), eth.SrcMAC.String())
 			assert.Equal(t, pipeVIP, src)
@@ -244,4 +250,119 @@ func TestPipelinesNoAllocs(t *testing.T) {
 	assert.Zero(t, s.Dropped(), "drops: %v", s.DropsByName())
 	assert.Positive(t, s.TX)
 	assert.Equal(t, s.RX, s.TX)
+}
+
+// TestPipelinesGuard: the Host Agent drops a request from a spoofed client
+// (a VIP, a martian) and VXLAN from anyone but the Muxes (mux_prefixes),
+// each with its reason; it drops a reply to a VIP, and routes replies: a
+// TTL of 1 is dropped, one of 2 leaves with 1.
+func TestPipelinesGuard(t *testing.T) {
+	macA := net.HardwareAddr{2, 0, 0, 0, 4, 1}
+	dipA := netip.MustParseAddrPort("198.18.4.1:8080")
+	clientMAC := net.HardwareAddr{2, 0, 0, 0, 0xee, 1}
+	inner := func(src netip.AddrPort) []byte {
+		return gpkt.Serialize(t, tcpLayers(macA, clientMAC, src, pipeVIP, true, false, "")...)
+	}
+	reply := func(dst netip.AddrPort, ttl uint8) []byte {
+		ls := tcpLayers(uplinkMAC, macA, dipA, dst, true, true, "")
+		ls[1].(*layers.IPv4).TTL = ttl
+		return gpkt.Serialize(t, ls...)
+	}
+	fromClient := func(ip *layers.IPv4, _ *layers.VXLAN) { ip.SrcIP = pipeClient.Addr().AsSlice() }
+	for _, tc := range []struct {
+		name  string
+		port  int
+		frame []byte
+		want  string // a drop reason, or "tx:<port>"
+	}{
+		{"a client through the Mux", UplinkPort, wrapVXLAN(t, inner(pipeClient), nil), "tx:1"},
+		{"VIP to itself", UplinkPort, wrapVXLAN(t, inner(pipeVIP), nil), "src_vip"},
+		{"from loopback", UplinkPort, wrapVXLAN(t, inner(netip.MustParseAddrPort("127.0.0.1:1")), nil), "src_martian"},
+		{"from this network", UplinkPort, wrapVXLAN(t, inner(netip.MustParseAddrPort("0.0.0.1:1")), nil), "src_martian"},
+		{"VXLAN sent by a client", UplinkPort, wrapVXLAN(t, inner(pipeClient), fromClient), "bad_tunnel_source"},
+		{"a reply", 1, reply(pipeClient, 64), "tx:0"},
+		{"a reply with TTL 2", 1, reply(pipeClient, 2), "tx:0"},
+		{"a reply with TTL 1", 1, reply(pipeClient, 1), "ttl_exceeded"},
+		{"a reply to the VIP", 1, reply(pipeVIP, 64), "src_vip"},
+		{"a reply to broadcast", 1, reply(netip.MustParseAddrPort("255.255.255.255:1"), 64), "src_martian"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newPipeRig(t, true)
+			if tc.port != UplinkPort {
+				// The client's SYN first: the reply is a DSR reply.
+				r.ports[UplinkPort].Inject(wrapVXLAN(t, inner(pipeClient), nil))
+				r.w.Poll()
+				require.Len(t, r.ports[1].Transmitted(), 1)
+			}
+			var before engine.Stats
+			r.w.Counters().Snapshot(&before)
+			r.ports[tc.port].Inject(tc.frame)
+			r.w.Poll()
+			var st engine.Stats
+			r.w.Counters().Snapshot(&st)
+			got := ""
+			was := before.DropsByName()
+			for name, n := range st.DropsByName() {
+				if n > was[name] {
+					require.Empty(t, got, "two drops")
+					got = name
+				}
+			}
+			for i, p := range r.ports {
+				if out := p.Transmitted(); len(out) > 0 {
+					require.Empty(t, got)
+					got = fmt.Sprintf("tx:%d", i)
+					if i != 1 {
+						ip := gopacket.NewPacket(out[0], layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+						require.Equal(t, tc.frame[14+8]-1, ip.TTL, "the reply's TTL, one less")
+					}
+				}
+			}
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// TestNoTunnelSources: without mux_prefixes and without
+// Config.TunnelSources the agent refuses the document, saying what to add;
+// Config.TunnelSources alone is enough and overrides mux_prefixes.
+func TestNoTunnelSources(t *testing.T) {
+	noMux := strings.Replace(pipeDoc, "mux_prefixes: [198.18.1.2/32]\n", "", 1)
+	require.NotEqual(t, pipeDoc, noMux)
+	doc, err := control.Parse([]byte(noMux))
+	require.NoError(t, err)
+	a, err := New(Config{Uplink: "up", ConfigPath: "unused", Host: "host-1", Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	err = a.apply(doc)
+	require.ErrorIs(t, err, ErrNoTunnelSources)
+	require.ErrorContains(t, err, "mux_prefixes: [")
+	require.ErrorContains(t, err, "-tunnel-sources")
+
+	flag := []netip.Prefix{netip.MustParsePrefix("198.18.9.0/24")}
+	a, err = New(Config{Uplink: "up", ConfigPath: "unused", Host: "host-1", Logger: slog.New(slog.DiscardHandler),
+		TunnelSources: flag})
+	require.NoError(t, err)
+	require.NoError(t, a.apply(doc))
+	require.Equal(t, flag, a.Plan().TunnelSources)
+	doc, err = control.Parse([]byte(pipeDoc))
+	require.NoError(t, err)
+	a.cfg.TunnelSources = flag
+	require.NoError(t, a.apply(doc2(t, doc)))
+	require.Equal(t, flag, a.Plan().TunnelSources, "the flag overrides mux_prefixes")
+
+	// Other tunnel sources are another data path structure (a rebuild).
+	p1, err := NewPlan(doc, "host-1", nil)
+	require.NoError(t, err)
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.18.1.2/32")}, p1.TunnelSources)
+	p2 := *p1
+	require.True(t, p1.SameStructure(&p2))
+	p2.TunnelSources = flag
+	require.False(t, p1.SameStructure(&p2))
+}
+
+// doc2 returns doc as version 2.
+func doc2(t *testing.T, doc *control.Document) *control.Document {
+	c := *doc
+	c.Version = 2
+	return &c
 }

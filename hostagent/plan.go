@@ -22,9 +22,9 @@ const UplinkPort = 0
 // what an agent would do with a document can be printed and tested.
 //
 // Its parts fall in two groups. The structure — the host's address and
-// VXLAN port, the VM ports with their VNIs, the infrastructure prefixes —
-// shapes the data path (sockets, workers, pipelines, the NAT stages'
-// infrastructure filter); a document that changes it makes the agent
+// VXLAN port, the VM ports with their VNIs, the infrastructure prefixes,
+// the tunnel sources — shapes the data path (sockets, workers, pipelines,
+// the NAT stages' infrastructure filter, the Decap stage's sources); a document that changes it makes the agent
 // rebuild its data path. The contents — endpoints, DIPs, steering rules and
 // the VIP rules (flow.Rules, kept by the agent) — are swapped live.
 type Plan struct {
@@ -46,6 +46,11 @@ type Plan struct {
 	// document's infra_prefixes, the host's own address and
 	// Config.Infra. Replies from a DIP to them go to the kernel.
 	Infra []netip.Prefix
+	// TunnelSources are the prefixes VXLAN is accepted from (the Muxes):
+	// the document's mux_prefixes, or Config.TunnelSources when set (the
+	// agent's apply refuses a plan without any). Other VXLAN is dropped
+	// as bad_tunnel_source.
+	TunnelSources []netip.Prefix
 	// Uplink is the uplink steering program's configuration: VXLAN to the
 	// host's address and VXLAN port.
 	Uplink steer.Config
@@ -165,6 +170,7 @@ func NewPlan(doc *control.Document, host string, extraInfra []netip.Prefix) (*Pl
 	}
 	slices.SortFunc(infra, comparePrefix)
 	p.Infra = slices.Compact(infra)
+	p.TunnelSources = slices.Clone(doc.MuxPrefixes)
 
 	// Steering: which DIP endpoints serve a VIP. A backend port of 0
 	// keeps the VIP port; an all-ports VIP with such a backend serves
@@ -218,13 +224,14 @@ func comparePrefix(a, b netip.Prefix) int {
 
 // SameStructure reports whether q can run on the data path built for p:
 // the same host address and VXLAN port, the same VM ports with the same
-// VNIs, the same infrastructure prefixes. Otherwise the data path must be
-// rebuilt.
+// VNIs, the same infrastructure prefixes and tunnel sources. Otherwise the
+// data path must be rebuilt.
 func (p *Plan) SameStructure(q *Plan) bool {
 	if p == nil || q == nil {
 		return false
 	}
-	if p.Host.Address != q.Host.Address || p.Host.VXLANPort != q.Host.VXLANPort || !slices.Equal(p.Infra, q.Infra) {
+	if p.Host.Address != q.Host.Address || p.Host.VXLANPort != q.Host.VXLANPort || !slices.Equal(p.Infra, q.Infra) ||
+		!slices.Equal(p.TunnelSources, q.TunnelSources) {
 		return false
 	}
 	return slices.EqualFunc(p.Ports, q.Ports, func(a, b VMPort) bool {

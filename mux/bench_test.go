@@ -22,6 +22,7 @@ import (
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/engine/nexthop"
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/guard"
 	"github.com/xdplb/xdplb/header"
 	"github.com/xdplb/xdplb/health"
 	"github.com/xdplb/xdplb/internal/benchutil"
@@ -71,7 +72,14 @@ var benchVIPs = []benchVIP{
 // VIP; hosts are IPv4, so every packet leaves in VXLAN over IPv4).
 func benchDocument(tb testing.TB) *control.Document {
 	var b strings.Builder
-	fmt.Fprintf(&b, "version: 1\nhash_seed: %d\nvips:\n", uint64(benchSeed))
+	fmt.Fprintf(&b, "version: 1\nhash_seed: %d\ninfra_prefixes: [", uint64(benchSeed))
+	for i, p := range muxFuzzInfra {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "'%s'", p)
+	}
+	b.WriteString("]\nvips:\n")
 	for i, v := range benchVIPs {
 		proto := "tcp"
 		if v.proto == flow.ProtoUDP {
@@ -178,6 +186,9 @@ func genBenchFlows(n int, m benchMix, seed uint64, withTOS bool) []benchFlow {
 		f.sport = uint16(1024 + rng.IntN(65536-1024))
 		if withTOS && r>>40&3 == 0 {
 			f.tos = byte(r>>48) &^ 3 // a DSCP; ECN bits left clear
+		}
+		if f.src == benchMuxSrc || vipByAddr(f.src) >= 0 || muxFuzzInfra[0].Contains(f.src) || muxFuzzInfra[1].Contains(f.src) {
+			continue // a spoofed source (src_node, src_vip, src_infra), no client
 		}
 		t := tuple{f.kind.vip(), f.src, f.sport}
 		if _, dup := seen[t]; dup {
@@ -289,12 +300,14 @@ func ourMuxStages(tb testing.TB, doc *control.Document, ct *flow.ConnTable) []en
 	require.NoError(tb, err)
 	bal, err := balance.New(balance.Config{Rules: rules, Conns: ct, Hasher: flow.NewHasher(doc.HashSeed)})
 	require.NoError(tb, err)
-	enc, err := encap.NewEncap(encap.EncapConfig{SourceV4: benchMuxSrc})
+	enc, err := encap.NewEncap(encap.EncapConfig{SourceV4: benchMuxSrc, DecrementTTL: true})
 	require.NoError(tb, err)
 	nh, err := encap.NewNextHop(encap.NextHopConfig{Mode: encap.OuterDst, Ports: map[int]uint16{benchUplink: 0}}, fixedResolver{})
 	require.NoError(tb, err)
 	acct := balance.NewAccount(balance.AccountConfig{Encapsulated: true, Rules: rules})
-	return []engine.Stage{engine.Parse{}, uplinkVNI{&ctl.vnis}, icmp, bal, enc, nh, acct}
+	src, err := guard.NewSources(guard.SourcesConfig{Rules: rules, Node: []netip.Addr{benchMuxSrc}, Infra: filterPrefixes(doc)})
+	require.NoError(tb, err)
+	return []engine.Stage{engine.Parse{}, src, uplinkVNI{&ctl.vnis}, icmp, bal, enc, nh, acct}
 }
 
 // muxPeer is the Mux's job written the way one would with the usual Go
@@ -489,6 +502,21 @@ func (pm *muxPeer) forward(p *engine.Packet) engine.DropReason {
 			return engine.DropNoBackend
 		}
 		pm.conns[k] = idx
+	}
+	// A router decrements the TTL / hop limit (the IPv4 header checksum
+	// updated as RFC 1624 says, as the kernel's ip_decrease_ttl does).
+	if haveIPv6 {
+		if l3[7] <= 1 {
+			return guard.DropTTLExceeded
+		}
+		l3[7]--
+	} else {
+		if l3[8] <= 1 {
+			return guard.DropTTLExceeded
+		}
+		old := binary.BigEndian.Uint16(l3[8:])
+		l3[8]--
+		binary.BigEndian.PutUint16(l3[10:], header.ChecksumUpdate16(binary.BigEndian.Uint16(l3[10:]), old, binary.BigEndian.Uint16(l3[8:])))
 	}
 	be := &r.backends[idx]
 	hop, ok := pm.resolver.Lookup(be.hostAddr)

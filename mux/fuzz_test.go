@@ -21,7 +21,7 @@ import (
 )
 
 // FuzzMuxPipeline drives the Mux's whole in-memory data path — the stages
-// of ourMuxStages (Parse → uplink VNI → ICMP → balance → encap → next hop
+// of ourMuxStages (Parse → source filter → uplink VNI → ICMP → balance → encap (TTL) → next hop
 // → account) over benchDocument, in a Worker polling one MemPort — with
 // arbitrary frames, and checks with gopacket as the oracle what comes out:
 //
@@ -29,10 +29,17 @@ import (
 //     injected, and equals the TX delta plus the drop delta; every drop
 //     has a registered, non-empty reason (never reason 0); TX counts the
 //     frames the port captured.
+//   - Spoofed sources (muxSpoofed: a VIP, the Mux, an infrastructure
+//     prefix unless the frame is an ICMP error, a martian) are never
+//     transmitted in any form and are dropped with their src_* reason
+//     unless the parser refused the frame first; no other frame gets a
+//     src_* reason; ttl_exceeded only for a TTL / hop limit of 1 or 0.
 //   - Everything transmitted is either (1) VXLAN from the Mux to a host of
 //     the VIP the injected packet is for (see checkVXLAN: outer header
 //     fields, lengths and IPv4 header checksum, VNI, backend MAC and host,
-//     and the inner IP packet byte for byte the injected one (a TCP/UDP
+//     and the inner IP packet byte for byte the injected one but for its
+//     TTL / hop limit, one less, and an IPv4 header checksum exactly as
+//     right or wrong as it was (a TCP/UDP
 //     checksum left partial completed: gpkt.CompletePartialIP), VLAN tags
 //     and Ethernet padding gone), or (2) an ICMP message the Mux made for
 //     the injected frame's sender: an echo reply to a ping of a VIP
@@ -217,13 +224,38 @@ func (m *muxFuzzRig) run(t *testing.T, frame []byte, twice, sameBatch bool) muxO
 		require.NotEmpty(t, names[i], "drop reason %d has no name", i)
 		o.drops[names[i]] += d
 	}
+	// b. Spoofed sources and expired TTLs, by gopacket's reading: a frame
+	// from a VIP, the Mux, an infrastructure prefix (but for an ICMP
+	// error) or a martian leaves in no form and is dropped with its
+	// reason, unless the parser refused it first; a source filter reason
+	// is never given to any other frame. ttl_exceeded only for a TTL /
+	// hop limit of 1 or 0.
+	in, err := decodeMuxInjected(frame)
+	spoof := ""
+	if err == nil {
+		spoof = muxSpoofed(&in)
+	}
+	for name := range o.drops {
+		if strings.HasPrefix(name, "src_") {
+			require.Equal(t, spoof, name, "drop reason %s for a frame the oracle finds %q (%v)", name, spoof, err)
+		}
+		if name == "ttl_exceeded" {
+			require.NoError(t, err, "ttl_exceeded for a frame gopacket cannot read")
+			require.LessOrEqual(t, in.ttl(), uint8(1), "ttl_exceeded for TTL %d", in.ttl())
+		}
+	}
+	if spoof != "" {
+		require.Empty(t, out, "a frame from a spoofed source (%s) was transmitted", spoof)
+		for name := range o.drops {
+			require.True(t, name == spoof || muxParseReasons[name], "a frame from a spoofed source (%s) dropped as %s", spoof, name)
+		}
+	}
 	if len(out) == 0 {
 		return o
 	}
 
-	// b. Every transmitted frame is VXLAN for a VIP flow or an ICMP
+	// c. Every transmitted frame is VXLAN for a VIP flow or an ICMP
 	// message for the sender.
-	in, err := decodeMuxInjected(frame)
 	require.NoError(t, err, "gopacket cannot read the injected frame, yet the Mux transmitted %d frames\n in  %x\n out %x",
 		len(out), frame, out[0])
 	for _, fr := range out {
@@ -237,7 +269,7 @@ func (m *muxFuzzRig) run(t *testing.T, frame []byte, twice, sameBatch bool) muxO
 		o.kinds = append(o.kinds, checkMuxICMP(t, fr, &in))
 	}
 
-	// c. The flow stays put.
+	// d. The flow stays put.
 	if twice && len(o.vxlan) > 0 {
 		require.Len(t, o.vxlan, 2, "one copy encapsulated and the other not: %v", o.summary())
 		require.Equal(t, o.backends[0], o.backends[1], "the second copy went to another backend")
@@ -245,6 +277,64 @@ func (m *muxFuzzRig) run(t *testing.T, frame []byte, twice, sameBatch bool) muxO
 			"the two copies were encapsulated differently\n 1st %x\n 2nd %x", o.vxlan[0], o.vxlan[1])
 	}
 	return o
+}
+
+// Infrastructure of benchDocument (infra_prefixes): the seeds' routers
+// are in it.
+var muxFuzzInfra = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24"), netip.MustParsePrefix("2001:db8:1::fe/127")}
+
+// muxParseReasons are the drops of a frame engine.Parse refuses.
+var muxParseReasons = map[string]bool{"truncated": true, "bad_l2": true, "not_ip": true,
+	"bad_ipv4": true, "bad_ipv6": true, "bad_l4": true}
+
+// muxSpoofed returns the source filter's reason for in by the oracle:
+// src_martian for 0/8, 127/8, 224/4, 255.255.255.255, ::, ::1, ff00::/8
+// and ::ffff:0:0/96 (netip's own predicates where they say the same);
+// src_vip for a benchVIPs address; src_node for benchMuxSrc; src_infra for
+// muxFuzzInfra unless in is an ICMP error; "" otherwise.
+func muxSpoofed(in *muxInjected) string {
+	a := in.src
+	switch {
+	case a.Is4() && (a.As4()[0] == 0 || a.IsLoopback() || a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255})),
+		a.Is6() && (a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.Is4In6()):
+		return "src_martian"
+	case vipByAddr(a) >= 0:
+		return "src_vip"
+	case a == benchMuxSrc:
+		return "src_node"
+	}
+	for _, p := range muxFuzzInfra {
+		if p.Contains(a) && !in.icmpError() {
+			return "src_infra"
+		}
+	}
+	return ""
+}
+
+// icmpError reports whether in is an ICMP error message: ICMPv4 (in IPv4)
+// of type 3, 4, 5, 11 or 12, or ICMPv6 (in IPv6) of a type below 128, with
+// the 8 bytes of an ICMP header, not a later fragment.
+func (in *muxInjected) icmpError() bool {
+	l4 := in.l4
+	if !l4.ok || l4.nonFirst || len(in.ip)-l4.off < 8 {
+		return false
+	}
+	t := in.ip[l4.off]
+	switch {
+	case in.v4 && l4.proto == flow.ProtoICMP:
+		return t == 3 || t == 4 || t == 5 || t == 11 || t == 12
+	case !in.v4 && l4.proto == flow.ProtoICMPv6:
+		return t < 128
+	}
+	return false
+}
+
+// ttl returns the injected packet's TTL or hop limit.
+func (in *muxInjected) ttl() uint8 {
+	if in.v4 {
+		return in.ip4.TTL
+	}
+	return in.ip6.HopLimit
 }
 
 // muxInjected is gopacket's reading of an injected frame.
@@ -502,10 +592,34 @@ func (m *muxFuzzRig) checkVXLAN(t *testing.T, fr []byte, in *muxInjected) muxFuz
 	if et := binary.BigEndian.Uint16(inner[12:14]); et != in.etype {
 		fail("inner EtherType %#04x, injected IP is %#04x", et, in.etype)
 	}
+	// The Mux routes the packet: the TTL / hop limit is one less (one of
+	// 1 or 0 must not have been forwarded), and the IPv4 header checksum
+	// verifies exactly when the injected one did, and is off by the same
+	// amount when it did not (an incremental update).
+	if in.ttl() <= 1 {
+		fail("forwarded with TTL / hop limit %d", in.ttl())
+	}
+	if spoof := muxSpoofed(in); spoof != "" {
+		fail("forwarded from a spoofed source (%s)", spoof)
+	}
+	want := gpkt.CompletePartialIP(in.ip)
+	if len(inner) >= 14+20 && len(want) >= 20 {
+		got := inner[14:]
+		if in.v4 {
+			want[8]--
+			ihl := int(want[0]&0x0f) * 4
+			if len(got) < ihl || gpkt.Checksum(got[:ihl]) != gpkt.Checksum(in.ip[:ihl]) {
+				fail("inner IPv4 header checksum: RFC 1071 sum %#04x, injected %#04x", gpkt.Checksum(got[:ihl]), gpkt.Checksum(in.ip[:ihl]))
+			}
+			copy(want[10:12], got[10:12])
+		} else {
+			want[7]--
+		}
+	}
 	// A TCP/UDP checksum the sender left partial (field = pseudo-header
 	// sum, not verifying) is completed, and nothing else changes.
-	if want := gpkt.CompletePartialIP(in.ip); !bytes.Equal(inner[14:], want) {
-		fail("inner IP packet differs from the injected one (partial checksum completed, if any)\n want %x\n got  %x", want, inner[14:])
+	if !bytes.Equal(inner[14:], want) {
+		fail("inner IP packet differs from the injected one (TTL / hop limit one less, partial checksum completed, if any)\n want %x\n got  %x", want, inner[14:])
 	}
 	return muxFuzzBackendChoice{mac: mac, host: host}
 }
@@ -706,6 +820,9 @@ func checkMuxICMP(t *testing.T, fr []byte, in *muxInjected) string {
 	if ttl != 64 {
 		fail("TTL / hop limit %d, want 64", ttl)
 	}
+	if spoof := muxSpoofed(in); spoof != "" {
+		fail("ICMP sent to a spoofed source (%s)", spoof)
+	}
 	switch {
 	case in.v4 && typ == layers.ICMPv4TypeEchoReply, !in.v4 && typ == layers.ICMPv6TypeEchoReply:
 		// A ping of a VIP address, answered in place: the request with
@@ -758,6 +875,9 @@ func checkMuxICMP(t *testing.T, fr []byte, in *muxInjected) string {
 		mtu := encap.DefaultMTU - encap.OverheadIPv4 // every backend host is IPv4
 		if len(in.ip) <= mtu {
 			fail("%s for a %d-byte packet, which fits the tunnel's %d", kind, len(in.ip), mtu)
+		}
+		if in.ttl() <= 1 {
+			fail("%s for a packet whose TTL / hop limit (%d) ran out", kind, in.ttl())
 		}
 		if in.v4 && (in.ip4.Flags&layers.IPv4DontFragment == 0 || in.ip4.FragOffset != 0) {
 			fail("frag-needed for a packet without DF or a non-first fragment")
@@ -945,6 +1065,55 @@ func muxFuzzSeeds(tb testing.TB) []muxFuzzSeed {
 	// The largest packet that fits is encapsulated.
 	seeds = append(seeds, muxFuzzSeed{name: "fits4", frame: seedFrame(tb, ip4(seedClient4, web4.Addr(), layers.IPProtocolTCP),
 		tcp(40003, 80), payload(big-41)), want: []string{"vxlan"}})
+
+	// Spoofed sources: a VIP to itself (the loop of issue 10), another VIP,
+	// the Mux's own address, an infrastructure prefix (a router's echo
+	// request: only its ICMP errors pass, see the seeds above), martians.
+	dns4 := benchVIPs[1].addr
+	udp := func(sport, dport uint16) *layers.UDP {
+		return &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: layers.UDPPort(dport)}
+	}
+	udpFrame := func(src, dst netip.Addr, sport, dport uint16) []byte {
+		u := udp(sport, dport)
+		ip := ip4(src, dst, layers.IPProtocolUDP)
+		require.NoError(tb, u.SetNetworkLayerForChecksum(ip))
+		return seedFrame(tb, ip, u, payload(8))
+	}
+	seeds = append(seeds,
+		muxFuzzSeed{name: "spoof-vip-to-itself", frame: udpFrame(dns4.Addr(), dns4.Addr(), 53, 53), want: []string{"drop:src_vip"}},
+		muxFuzzSeed{name: "spoof-other-vip", frame: seedFrame(tb, ip4(benchVIPs[1].addr.Addr(), web4.Addr(), layers.IPProtocolTCP),
+			tcp(53, 80), payload(10)), want: []string{"drop:src_vip"}},
+		muxFuzzSeed{name: "spoof-vip6", frame: seedFrame(tb, ip6(web6.Addr(), web6.Addr(), layers.IPProtocolTCP),
+			tcp(80, 80), payload(10)), want: []string{"drop:src_vip"}},
+		muxFuzzSeed{name: "spoof-mux", frame: udpFrame(benchMuxSrc, dns4.Addr(), 53, 53), want: []string{"drop:src_node"}},
+		muxFuzzSeed{name: "spoof-infra", frame: udpFrame(netip.MustParseAddr("198.18.0.77"), dns4.Addr(), 4000, 53),
+			want: []string{"drop:src_infra"}},
+		muxFuzzSeed{name: "infra-echo", frame: seedFrame(tb, ip4(seedRouter4, web4.Addr(), layers.IPProtocolICMPv4),
+			&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoRequest, 0), Id: 1, Seq: 1},
+			payload(8)), want: []string{"drop:src_infra"}},
+		muxFuzzSeed{name: "martian-loopback", frame: udpFrame(netip.MustParseAddr("127.0.0.1"), dns4.Addr(), 4000, 53),
+			want: []string{"drop:src_martian"}},
+		muxFuzzSeed{name: "martian-broadcast", frame: udpFrame(netip.MustParseAddr("255.255.255.255"), dns4.Addr(), 4000, 53),
+			want: []string{"drop:src_martian"}},
+		muxFuzzSeed{name: "martian-multicast6", frame: seedFrame(tb, ip6(netip.MustParseAddr("ff02::1"), web6.Addr(), layers.IPProtocolTCP),
+			tcp(4000, 80), payload(10)), want: []string{"drop:src_martian"}})
+	// TTL / hop limit: 2 is forwarded with 1, 1 is not.
+	ttl4 := func(ttl uint8) []byte {
+		ip := ip4(seedClient4, web4.Addr(), layers.IPProtocolTCP)
+		ip.TTL = ttl
+		return seedFrame(tb, ip, tcp(40010+uint16(ttl), 80), payload(10))
+	}
+	hop6 := func(hl uint8) []byte {
+		ip := ip6(seedClient6, web6.Addr(), layers.IPProtocolTCP)
+		ip.HopLimit = hl
+		return seedFrame(tb, ip, tcp(40010+uint16(hl), 80), payload(10))
+	}
+	seeds = append(seeds,
+		muxFuzzSeed{name: "ttl4-2", frame: ttl4(2), want: []string{"vxlan"}},
+		muxFuzzSeed{name: "ttl4-1", frame: ttl4(1), want: []string{"drop:ttl_exceeded"}},
+		muxFuzzSeed{name: "ttl4-0", frame: ttl4(0), want: []string{"drop:ttl_exceeded"}},
+		muxFuzzSeed{name: "hop6-2", frame: hop6(2), want: []string{"vxlan"}},
+		muxFuzzSeed{name: "hop6-1", frame: hop6(1), want: []string{"drop:ttl_exceeded"}})
 
 	// No VIP there; garbage; a frame cut short.
 	seeds = append(seeds,

@@ -4,10 +4,14 @@
 // VIP traffic of the uplink into AF_XDP sockets (engine/steer,
 // engine/afxdp), runs one worker per RX queue through the pipeline
 //
-//	Parse → partial checksums → uplink VNI → ICMP → balance → VXLAN encap → next hop → account
+//	Parse → source filter → partial checksums → uplink VNI → ICMP → balance → VXLAN encap (TTL) → next hop → account
 //
-// (the partial-checksum stage completes the TCP/UDP checksums that senders
-// on the same machine leave to offload; see engine.PartialChecksums)
+// (the source filter drops packets from a VIP, an infrastructure or Mux
+// prefix of the document, the Mux's own addresses or a martian, and the
+// encapsulation decrements the inner TTL / hop limit, since the Mux routes
+// the packet: see package guard; the partial-checksum stage completes the
+// TCP/UDP checksums that senders on the same machine leave to offload; see
+// engine.PartialChecksums)
 // and announces the VIPs that can be served over BGP (bgp).
 //
 // Controller is the part that needs no privileges (documents and health
@@ -22,6 +26,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,6 +40,7 @@ import (
 	"github.com/xdplb/xdplb/engine/rawip"
 	"github.com/xdplb/xdplb/engine/steer"
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/guard"
 	"github.com/xdplb/xdplb/health"
 	"github.com/xdplb/xdplb/internal/node"
 )
@@ -91,6 +97,12 @@ type Mux struct {
 	// partial completes the partial checksums of frames from senders on
 	// this machine; shared by every worker's pipeline.
 	partial *engine.PartialChecksums
+	// sources is the source filter, shared by every worker's pipeline:
+	// the VIPs come from the rules, the node addresses (nodeAddrs, set by
+	// Run before the first document) and the document's infrastructure
+	// and Mux prefixes from apply.
+	sources   *guard.Sources
+	nodeAddrs []netip.Addr
 }
 
 // New checks cfg and prepares a Mux; Run starts it.
@@ -115,6 +127,9 @@ func New(cfg Config) (*Mux, error) {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
 	m := &Mux{cfg: cfg, log: cfg.Logger, rules: flow.NewRules(), conns: conns, partial: engine.NewPartialChecksums()}
+	if m.sources, err = guard.NewSources(guard.SourcesConfig{Rules: m.rules}); err != nil {
+		return nil, fmt.Errorf("mux: %w", err)
+	}
 	m.checker, err = health.NewChecker(health.CheckerConfig{Logger: cfg.Logger, Source: cfg.ProbeSource,
 		OnChange: func(ev health.Event) { m.ctl.HealthChanged(ev) }})
 	if err != nil {
@@ -233,9 +248,14 @@ func (m *Mux) Run(ctx context.Context) error {
 // the BGP speaker is started on the first document that has one, and
 // reconfigured on later ones.
 func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
+	set, err := guard.NewPrefixes(m.nodeAddrs, filterPrefixes(doc))
+	if err != nil {
+		return err
+	}
 	if err := m.ctl.Apply(doc); err != nil {
 		return err
 	}
+	m.sources.Store(set)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.prefetch(ctx, doc)
@@ -258,6 +278,12 @@ func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
 	}
 	m.announcer = a
 	return m.ctl.SetAnnouncer(a)
+}
+
+// filterPrefixes are the prefixes the source filter refuses traffic from:
+// the document's infrastructure prefixes and the Muxes'.
+func filterPrefixes(doc *control.Document) []netip.Prefix {
+	return append(slices.Clone(doc.InfraPrefixes), doc.MuxPrefixes...)
 }
 
 // prefetch has the resolver find the next hop towards every backend host
@@ -317,13 +343,12 @@ func (m *Mux) shutdownBGP() {
 	}
 }
 
-// defaults fills the outer source addresses and the MTU from the uplink.
+// defaults fills the outer source addresses and the MTU from the uplink,
+// and the node addresses of the source filter: every address of the
+// uplink and the outer sources.
 func (m *Mux) defaults(ifi *net.Interface) error {
 	if m.cfg.MTU == 0 {
 		m.cfg.MTU = ifi.MTU
-	}
-	if m.cfg.SourceV4.IsValid() && m.cfg.SourceV6.IsValid() {
-		return nil
 	}
 	addrs, err := ifi.Addrs()
 	if err != nil {
@@ -335,10 +360,14 @@ func (m *Mux) defaults(ifi *net.Interface) error {
 			continue
 		}
 		ip, ok := netip.AddrFromSlice(ipn.IP)
-		if !ok || !ip.IsGlobalUnicast() {
+		if !ok {
 			continue
 		}
 		ip = ip.Unmap()
+		m.nodeAddrs = append(m.nodeAddrs, ip)
+		if !ip.IsGlobalUnicast() {
+			continue
+		}
 		if ip.Is4() && !m.cfg.SourceV4.IsValid() {
 			m.cfg.SourceV4 = ip
 		}
@@ -348,6 +377,11 @@ func (m *Mux) defaults(ifi *net.Interface) error {
 	}
 	if !m.cfg.SourceV4.IsValid() && !m.cfg.SourceV6.IsValid() {
 		return fmt.Errorf("mux: %s has no global address to send VXLAN from (set SourceV4/SourceV6)", ifi.Name)
+	}
+	for _, a := range []netip.Addr{m.cfg.SourceV4, m.cfg.SourceV6} {
+		if a.IsValid() {
+			m.nodeAddrs = append(m.nodeAddrs, a.Unmap())
+		}
 	}
 	return nil
 }
@@ -406,8 +440,8 @@ func (m *Mux) openDataPath(ifi *net.Interface, resolver *nexthop.Resolver) (*eng
 	return eng, nil
 }
 
-// pipeline builds Parse → partial checksums → uplink VNI → ICMP → balance → encap → next hop
-// → account, for one worker, and adds its Account to the Mux's.
+// pipeline builds Parse → source filter → partial checksums → uplink VNI → ICMP → balance
+// → encap (TTL) → next hop → account, for one worker, and adds its Account to the Mux's.
 //
 // The Account stage comes last, after every stage that can still drop a
 // packet (encap: MTU, tunnel source, headroom; next hop: unresolved), so
@@ -423,7 +457,8 @@ func (m *Mux) pipeline(seed uint64, uplink int, resolver encap.Resolver) (*engin
 	if err != nil {
 		return nil, err
 	}
-	enc, err := encap.NewEncap(encap.EncapConfig{SourceV4: m.cfg.SourceV4, SourceV6: m.cfg.SourceV6, MTU: m.cfg.MTU})
+	enc, err := encap.NewEncap(encap.EncapConfig{SourceV4: m.cfg.SourceV4, SourceV6: m.cfg.SourceV6, MTU: m.cfg.MTU,
+		DecrementTTL: true})
 	if err != nil {
 		return nil, err
 	}
@@ -436,7 +471,7 @@ func (m *Mux) pipeline(seed uint64, uplink int, resolver encap.Resolver) (*engin
 	m.mu.Lock()
 	m.accounts = append(m.accounts, acct)
 	m.mu.Unlock()
-	return engine.NewPipeline(engine.Parse{}, m.partial, uplinkVNI{&m.ctl.vnis}, icmp, bal, enc, nh, acct), nil
+	return engine.NewPipeline(engine.Parse{}, m.sources, m.partial, uplinkVNI{&m.ctl.vnis}, icmp, bal, enc, nh, acct), nil
 }
 
 // slowPort is the index of the slow-path port (rawip) in every worker.

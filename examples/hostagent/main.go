@@ -7,7 +7,8 @@
 //	hostagent -uplink eth0 -host host-1 -config /etc/xdplb/fleet.yaml -metrics :9101
 //
 // Process settings are flags; everything else (VIPs, the host's VMs and
-// their ports, infrastructure prefixes) is in the document, the same one
+// their ports, infrastructure prefixes, the Muxes' prefixes VXLAN is
+// accepted from) is in the document, the same one
 // the Muxes read, which is watched for changes and re-read on SIGHUP.
 // SIGINT/SIGTERM stop the data path, detach the XDP programs and exit. Run
 // it as root.
@@ -44,7 +45,7 @@ func main() {
 		conns    = flag.Int("conns", hostagent.DefaultNATCapacity, "NAT table capacity (IPv4 connections)")
 		spins    = flag.Int("spin", 0, "empty polls before an idle worker sleeps")
 		infra    = flag.String("infra", "", "extra infrastructure prefixes, comma-separated (never NATed)")
-		tunnels  = flag.String("tunnel-sources", "", "prefixes VXLAN may come from (the Muxes), comma-separated (empty: any)")
+		tunnels  = flag.String("tunnel-sources", "", "prefixes VXLAN may come from (the Muxes), comma-separated; overrides the document's mux_prefixes (empty: mux_prefixes, which then must be set)")
 		check    = flag.Bool("check", false, "validate the document, print this host's plan, and exit")
 	)
 	flag.TextVar(&xdpMode, "xdp-mode", steer.AttachAuto, "XDP attach mode: auto, driver or generic")
@@ -62,6 +63,10 @@ func main() {
 	if err != nil {
 		fail(2, "-infra: %v", err)
 	}
+	tunnelSources, err := prefixes(*tunnels)
+	if err != nil {
+		fail(2, "-tunnel-sources: %v", err)
+	}
 	if *check {
 		doc, err := control.Load(*config)
 		if err != nil {
@@ -75,6 +80,12 @@ func main() {
 		if err != nil {
 			fail(1, "%v", err)
 		}
+		if len(tunnelSources) > 0 {
+			plan.TunnelSources = tunnelSources
+		}
+		if len(plan.TunnelSources) == 0 {
+			fail(1, "%s: %v", *config, hostagent.ErrNoTunnelSources)
+		}
 		printPlan(plan)
 		return
 	}
@@ -84,9 +95,7 @@ func main() {
 	cfg := hostagent.Config{Uplink: *uplink, Host: *host, ConfigPath: *config, Workers: *workers,
 		Infra: extra, Logger: log, IdleSpins: *spins}
 	cfg.NAT.Capacity = *conns
-	if cfg.TunnelSources, err = prefixes(*tunnels); err != nil {
-		fail(2, "-tunnel-sources: %v", err)
-	}
+	cfg.TunnelSources = tunnelSources
 	cfg.XDPMode, cfg.Port.Ring = xdpMode, ring
 	if err := run(cfg, *metrics, log); err != nil {
 		log.Error("hostagent failed", "err", err)
@@ -134,6 +143,7 @@ func printPlan(p *hostagent.Plan) {
 	fmt.Printf("version %d: host %s (%v), VXLAN port %d\n", p.Version, p.Host.Name, p.Host.Address, p.Host.VXLANPort)
 	fmt.Printf("uplink steering: %v\n", p.Uplink.VXLAN)
 	fmt.Printf("infrastructure (never NATed): %v\n", p.Infra)
+	fmt.Printf("VXLAN accepted from (mux_prefixes or -tunnel-sources): %v\n", p.TunnelSources)
 	for _, vp := range p.Ports {
 		fmt.Printf("VM port %s (port %d, VNI %d): steers replies from %v\n", vp.Interface, vp.Index, vp.VNI, vp.Steer.Src)
 	}

@@ -78,6 +78,10 @@ type Doc struct {
 	BGP *control.BGP
 	// Infra are the infrastructure prefixes (never NATed).
 	Infra []netip.Prefix
+	// MuxPrefixes are where the Muxes send VXLAN from (mux_prefixes):
+	// Host Agents accept tunnel traffic from nothing else, and refuse a
+	// document without them.
+	MuxPrefixes []netip.Prefix
 	// Services are the VIPs, each served by the whole Pool.
 	Services []Service
 	// Pool are the backends of every service and, on their hosts, the VM
@@ -104,6 +108,7 @@ func (d *Doc) Document() *control.Document {
 		HashSeed:      HashSeed,
 		Node:          control.Node{Name: d.Node},
 		InfraPrefixes: d.Infra,
+		MuxPrefixes:   d.MuxPrefixes,
 		BGP:           d.BGP,
 	}
 	for _, s := range d.Services {

@@ -60,14 +60,16 @@ func FleetHostList() []Host {
 // FleetDoc returns version v of the fleet's document for mux (0: the Host
 // Agents' copy; i: Mux i's, named mux<i>, with its BGP session to the
 // router when bgp is set): services served by pool, the hosts with the
-// pool's VMs, the Muxes' subnets as infrastructure prefixes.
+// pool's VMs, the Muxes' subnets as infrastructure prefixes, the Muxes'
+// addresses as the tunnel sources (mux_prefixes).
 func FleetDoc(v uint64, mux int, bgp bool, services []Service, pool []VM) *Doc {
 	d := &Doc{
-		Version:  v,
-		Infra:    []netip.Prefix{netip.MustParsePrefix("198.18.1.0/24"), netip.MustParsePrefix("198.18.2.0/24")},
-		Services: services,
-		Pool:     slices.Clone(pool),
-		Hosts:    FleetHostList(),
+		Version:     v,
+		Infra:       []netip.Prefix{netip.MustParsePrefix("198.18.1.0/24"), netip.MustParsePrefix("198.18.2.0/24")},
+		MuxPrefixes: FleetMuxPrefixes(),
+		Services:    services,
+		Pool:        slices.Clone(pool),
+		Hosts:       FleetHostList(),
 	}
 	if mux > 0 {
 		d.Node = fmt.Sprintf("mux%d", mux)
@@ -76,6 +78,16 @@ func FleetDoc(v uint64, mux int, bgp bool, services []Service, pool []VM) *Doc {
 		}
 	}
 	return d
+}
+
+// FleetMuxPrefixes returns the Muxes' addresses as /32 prefixes: where
+// they send VXLAN from.
+func FleetMuxPrefixes() []netip.Prefix {
+	var ps []netip.Prefix
+	for i := 1; i <= FleetMuxes; i++ {
+		ps = append(ps, netip.PrefixFrom(FleetMuxAddr(i), 32))
+	}
+	return ps
 }
 
 // FleetBIRD returns the router's BIRD configuration in a fleet: an eBGP

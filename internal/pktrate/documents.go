@@ -64,6 +64,8 @@ const HostName = "dut"
 func HostAgentDocument(vmMAC net.HardwareAddr, vmPort string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Written by internal/pktrate for the Host Agent under test.\nversion: 1\nhash_seed: %#x\n", HashSeed)
+	// The generator plays the Mux: VXLAN comes from it.
+	fmt.Fprintf(&b, "mux_prefixes: [%v]\n", netip.PrefixFrom(GenAddr, 32))
 	writeVIP(&b)
 	fmt.Fprintf(&b, "      - {name: vm, address: %v, port: %d, mac: %q, host: %v}\n", DIPAddr, DIPPort, vmMAC, DUTInAddr)
 	fmt.Fprintf(&b, "hosts:\n  - name: %s\n    address: %v\n    vms:\n      - {vni: %d, address: %v, mac: %q, interface: %s}\n",

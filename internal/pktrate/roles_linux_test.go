@@ -281,6 +281,9 @@ func TestHostAgentDocumentIsValid(t *testing.T) {
 	require.Len(t, plan.Endpoints, 1)
 	assert.Equal(t, []netip.Addr{DIPAddr}, plan.Endpoints[0].Addrs)
 	assert.Equal(t, [6]byte(mac), [6]byte(plan.Endpoints[0].MAC))
+	// The generator plays the Mux: the agent accepts its VXLAN.
+	require.Len(t, plan.TunnelSources, 1)
+	assert.True(t, plan.TunnelSources[0].Contains(GenAddr), "mux_prefixes %v", plan.TunnelSources)
 	// The test traffic's sources are not infrastructure (never NATed).
 	for _, p := range plan.Infra {
 		assert.False(t, p.Contains(FlowSrc), "%v", p)
