@@ -177,6 +177,26 @@ func (a *Announcer) Reconfigure(cfg Config) error {
 	return errors.Join(errs...)
 }
 
+// CheckReconfigure reports whether Reconfigure would take cfg without a
+// restart: the error is cfg's Validate error, or wraps ErrRestartRequired
+// naming the field that changed, or ErrClosed. It changes nothing, so a
+// caller can refuse a whole new configuration before applying any of it.
+func (a *Announcer) CheckReconfigure(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg = cfg.withDefaults()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.phase >= phaseStopping {
+		return ErrClosed
+	}
+	if ok, field := a.cfg.sameSpeaker(cfg); !ok {
+		return fmt.Errorf("%w: %s changed", ErrRestartRequired, field)
+	}
+	return nil
+}
+
 // SetPeers replaces the peer list, as Reconfigure does with the current
 // Config and these peers.
 func (a *Announcer) SetPeers(peers []Peer) error {
