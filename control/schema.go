@@ -40,9 +40,9 @@ const (
 	// ttl_security.
 	wantPassword    = "1..80 bytes, no NUL (the kernel's TCP-MD5 key limit)"
 	wantTTLSecurity = "0..254: 0 = off, else the peer's distance in hops (1 = directly connected; GTSM, RFC 5082)"
-	addrWords   = "IPv4 or IPv6 address"
-	nameMax     = 63
-	longNameMax = 253
+	addrWords       = "IPv4 or IPv6 address"
+	nameMax         = 63
+	longNameMax     = 253
 )
 
 // site is where a value was first seen, for "first at" in messages.
