@@ -39,6 +39,7 @@ func main() {
 		workers  = flag.Int("workers", 0, "workers (0: the fewest queues of the uplink and the VM ports)")
 		metrics  = flag.String("metrics", "", "address for the Prometheus /metrics endpoint, e.g. :9101 (empty: none)")
 		logLevel = flag.String("log-level", "info", "debug, info, warn or error")
+		keepCaps = flag.Bool("keep-caps", false, "keep every capability instead of dropping all but CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF and CAP_IPC_LOCK once the data path runs")
 		xdpMode  steer.AttachMode
 		ring     afxdp.Ring
 		conns    = flag.Int("conns", hostagent.DefaultNATCapacity, "NAT table capacity (IPv4 connections)")
@@ -83,6 +84,7 @@ func main() {
 	}
 	cfg := hostagent.Config{Uplink: *uplink, Host: *host, ConfigPath: *config, Workers: *workers,
 		Infra: extra, Logger: log, IdleSpins: *spins}
+	cfg.OnForwarding = node.DropAfterSetup(log, "hostagent", *keepCaps, node.HostAgentCaps)
 	cfg.NAT.Capacity = *conns
 	if cfg.TunnelSources, err = prefixes(*tunnels); err != nil {
 		fail(2, "-tunnel-sources: %v", err)
