@@ -10,6 +10,22 @@
 // on the same machine leave to offload; see engine.PartialChecksums)
 // and announces the VIPs that can be served over BGP (bgp).
 //
+// # Failures and privileges
+//
+// Every worker checks its AF_XDP socket every engine.DefaultCheckEvery
+// (afxdp.Port.Check). When one fails — its interface was deleted or moved
+// — the worker stops with the error and Run withdraws every VIP at once
+// (bgp.Announcer.Drain, no grace period: nothing forwards any more), sets
+// xdplb_datapath_up to 0, logs "data path failed", closes the sessions
+// and returns the error; examples/mux exits with status 1 so that its
+// supervisor restarts it on the interface as it is then (a deleted
+// interface's socket cannot be rebound, and a recreated interface has a
+// new index). Config.OnForwarding runs once the data path forwards; the
+// binary drops its capabilities there (internal/node.MuxCaps).
+//
+// A reload whose BGP settings need a restart of the speaker is refused
+// whole (see apply), so the running version is the one reported.
+//
 // Controller is the part that needs no privileges (documents and health
 // verdicts in, rules, steering rules and announcements out); Mux is the
 // whole node, as examples/mux runs it.
