@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -132,8 +133,14 @@ func TestMuxControlPlane(t *testing.T) {
 		gone := l.waitNextHops(vip)
 		t.Logf("measured: data interface deleted → VIP route gone at the router: %v (bound: 200ms check + one UPDATE; hang guard 30s)",
 			gone.Sub(t0).Round(time.Millisecond))
-		err = p.Wait(15 * time.Second)
-		require.Error(t, err, "the Mux exits non-zero")
+		select {
+		case <-p.Done():
+		case <-time.After(15 * time.Second):
+			t.Fatalf("the Mux still runs 15s after its data interface was deleted:\n%s", p.Output())
+		}
+		var exit *exec.ExitError
+		require.ErrorAs(t, p.Err(), &exit)
+		require.Equal(t, 1, exit.ExitCode(), "the Mux exits with status 1")
 		out := p.Output()
 		require.Contains(t, out, "data path failed")
 		require.Contains(t, out, "afxdp: port down")

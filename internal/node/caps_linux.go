@@ -22,6 +22,7 @@ const (
 	CapNetRaw   = unix.CAP_NET_RAW   // AF_XDP sockets (a Host Agent rebuild opens new ones)
 	CapBPF      = unix.CAP_BPF       // BPF map updates (steering rules, XSKMAP), program loads on rebuild
 	CapIPCLock  = unix.CAP_IPC_LOCK  // AF_XDP UMEM registration without RLIMIT_MEMLOCK accounting
+	CapPerfmon  = unix.CAP_PERFMON   // the verifier allows the steering program's pointer arithmetic
 )
 
 // MuxCaps is what a Mux keeps once its data path runs: it opens no
@@ -31,9 +32,10 @@ const (
 var MuxCaps = []uintptr{CapNetAdmin, CapNetRaw, CapBPF}
 
 // HostAgentCaps is what a Host Agent keeps: a document that changes its
-// data path's structure makes it load programs, open AF_XDP sockets
-// (whose UMEMs are pinned memory) and attach them again.
-var HostAgentCaps = []uintptr{CapNetAdmin, CapNetRaw, CapBPF, CapIPCLock}
+// data path's structure makes it load programs (the verifier refuses the
+// steering program's pointer arithmetic without CAP_PERFMON), open
+// AF_XDP sockets (whose UMEMs are locked memory) and attach them again.
+var HostAgentCaps = []uintptr{CapNetAdmin, CapNetRaw, CapBPF, CapPerfmon, CapIPCLock}
 
 // ErrCgo is returned by DropCapabilities in a binary built with cgo: Go
 // can then not change the capabilities of every thread (capabilities
@@ -156,7 +158,7 @@ func lastCap() (uintptr, error) {
 // CapNames names capabilities as capabilities(7) does, lower case and
 // comma-separated ("cap_net_admin,cap_bpf").
 func CapNames(caps []uintptr) string {
-	names := map[uintptr]string{CapNetAdmin: "cap_net_admin", CapNetRaw: "cap_net_raw", CapBPF: "cap_bpf", CapIPCLock: "cap_ipc_lock"}
+	names := map[uintptr]string{CapNetAdmin: "cap_net_admin", CapNetRaw: "cap_net_raw", CapBPF: "cap_bpf", CapIPCLock: "cap_ipc_lock", CapPerfmon: "cap_perfmon"}
 	var out []string
 	for _, c := range caps {
 		if n, ok := names[c]; ok {
