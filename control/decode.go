@@ -62,6 +62,10 @@ func parse(name string, data []byte) (doc *Document, err error) {
 			doc, err = nil, &FieldError{File: name, Msg: fmt.Sprintf("invalid YAML: %v", r)}
 		}
 	}()
+	sumLine, err := verifyChecksum(name, data)
+	if err != nil {
+		return nil, err
+	}
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil {
@@ -78,7 +82,7 @@ func parse(name string, data []byte) (doc *Document, err error) {
 		return nil, &FieldError{File: name, Line: extra.Line, Column: extra.Column,
 			Msg: "a second YAML document (after ---): put one document in a file"}
 	}
-	d := &decoder{file: name, budget: 10*len(data) + 10000}
+	d := &decoder{file: name, budget: 10*len(data) + 10000, sumLine: sumLine}
 	doc = d.document(&root)
 	if err := d.err(); err != nil {
 		return nil, err
@@ -102,6 +106,9 @@ type decoder struct {
 	more   int // problems beyond MaxErrors
 	budget int // node visits left (alias expansion guard)
 	over   bool
+	// sumLine is the line of the checksum verifyChecksum checked, 0 for
+	// none: the only place a checksum key may be.
+	sumLine int
 }
 
 func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {

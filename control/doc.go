@@ -10,8 +10,11 @@
 // A document carries a version. A node applies a version whole or not at
 // all, never applies a version that is not above the one it runs, and
 // reports the version it runs (Watcher.Status). An operator bumps version
-// with every change; a changed file with the same or a lower version is
-// refused with ErrStaleVersion and the reason is logged.
+// with every change; a changed file with a lower version is refused with
+// ErrStaleVersion, and one with the running version but other content with
+// ErrVersionConflict (which also matches ErrStaleVersion): the node keeps
+// what runs, logs why, reports it (Status.Reason), and reads the file again
+// until it holds a higher version.
 //
 // # Validation
 //
@@ -52,6 +55,7 @@
 //
 // Top level:
 //
+//	checksum        optional  "sha256:" and 64 hex digits; must be the first key (see Seal)
 //	version         required  integer >= 1
 //	written         optional  RFC 3339 time the document was written (sync-delay metric)
 //	hash_seed       0         fleet-wide flow hash seed (flow.NewHasher), 0..2^64-1
@@ -169,8 +173,25 @@
 //
 // A Watcher applies the file at start and again whenever it changes. It
 // watches the file's directory, so an editor's rename-over-write and a
-// Kubernetes ConfigMap's symlink swap are seen. To reload on SIGHUP as
-// well:
+// Kubernetes ConfigMap's symlink swap are seen.
+//
+// Replace the file atomically (write a temporary file in the same
+// directory, rename it over the document). A file written in place is read
+// while it is written; a Watcher uses a read only when two reads a settle
+// time apart (WatcherOptions.Debounce) agree, so a writer that pauses
+// mid-file for longer than that can still be read torn, and many prefixes
+// of a document are valid documents. A sealed document cannot be: Seal
+// puts a first key
+//
+//	checksum: sha256:<hex>
+//
+// the SHA-256 of every other byte of the file, and Parse refuses a
+// document that does not match its checksum, so every prefix of a sealed
+// file is refused and a sealed document is never applied torn. The
+// checksum is optional; a sealed file edited by hand must be resealed (or
+// the line removed).
+//
+// To reload on SIGHUP as well:
 //
 //	hup := make(chan os.Signal, 1)
 //	signal.Notify(hup, syscall.SIGHUP)

@@ -15,7 +15,19 @@ var (
 	// ErrStaleVersion marks a valid document a Watcher did not apply
 	// because its version is not above the running one.
 	ErrStaleVersion = errors.New("control: version is not above the running version")
+	// ErrVersionConflict marks a valid document a Watcher did not apply
+	// because it has the running version but says something else: the
+	// change was written without a version bump (or the running version
+	// came from elsewhere). It also matches ErrStaleVersion.
+	ErrVersionConflict error = versionConflict{}
 )
+
+type versionConflict struct{}
+
+func (versionConflict) Error() string { return "control: same version, different content" }
+
+// Is makes a conflict match ErrStaleVersion as well.
+func (versionConflict) Is(target error) bool { return target == ErrStaleVersion }
 
 // FieldError is one problem in a document, located by file position and
 // field path, e.g.

@@ -3,12 +3,14 @@ package control
 import (
 	"errors"
 	"os"
+	"strings"
 	"testing"
 )
 
 // FuzzParse: Parse never panics; it either returns a document or problems
 // that are all located *FieldErrors; a document it returns survives
-// Marshal and Parse unchanged.
+// Marshal and Parse unchanged, and Seal: sealed it is the same document,
+// and its prefixes are refused.
 func FuzzParse(f *testing.F) {
 	example, err := os.ReadFile("testdata/example.yaml")
 	if err != nil {
@@ -16,7 +18,9 @@ func FuzzParse(f *testing.F) {
 	}
 	for _, s := range []string{
 		string(example),
+		string(Seal(example)),
 		base,
+		"checksum: sha256:" + strings.Repeat("0", 64) + "\nversion: 1\n",
 		base + secondVIP,
 		"",
 		"version: 1\n",
@@ -67,6 +71,24 @@ func FuzzParse(f *testing.F) {
 		}
 		if err := d.Validate(); err != nil {
 			t.Fatalf("Validate refuses a parsed document: %v", err)
+		}
+		sealed := Seal(out)
+		ds, err := Parse(sealed)
+		if err != nil {
+			t.Fatalf("sealed document does not parse: %v\n%s", err, sealed)
+		}
+		if outS, _ := ds.Marshal(); string(outS) != string(out) {
+			t.Fatalf("sealing changed the document:\n%s\n---\n%s", out, outS)
+		}
+		for _, n := range []int{0, len(sealed) / 2, len(sealed) - 1} {
+			if _, err := Parse(sealed[:n]); err == nil {
+				t.Fatalf("a prefix of %d bytes of a sealed document parses:\n%s", n, sealed[:n])
+			}
+		}
+		if d3, err := Parse(Seal(data)); err == nil {
+			if out3, _ := d3.Marshal(); string(out3) != string(out) {
+				t.Fatalf("sealing changed the input document:\n%s\n---\n%s", out, out3)
+			}
 		}
 	})
 }

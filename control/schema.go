@@ -16,7 +16,7 @@ import (
 
 // Known keys of each mapping, in the order Marshal writes them.
 var (
-	documentKeys = []string{"version", "written", "hash_seed", "node", "infra_prefixes", "bgp", "vips", "hosts"}
+	documentKeys = []string{"version", "written", "hash_seed", "node", "infra_prefixes", "bgp", "vips", "hosts", "checksum"}
 	nodeKeys     = []string{"name"}
 	bgpKeys      = []string{"asn", "router_id", "listen_port", "listen_addresses", "hold_time", "withdraw_grace", "next_hop", "next_hop6", "peers"}
 	peerKeys     = []string{"address", "asn", "port", "passive", "password", "ttl_security"}
@@ -102,6 +102,9 @@ func (d *decoder) document(root *yaml.Node) *Document {
 	o := d.object(n, "", documentKeys)
 	if o == nil {
 		return nil
+	}
+	if k := o.keys["checksum"]; k != nil && k.Line != d.sumLine {
+		d.errorf(k, "checksum", "a checksum must be the document's first key, on a line of its own, before any other key (as control.Seal writes it)")
 	}
 	doc := &Document{}
 	if v := d.get(o, "version"); v != nil {

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -15,25 +16,52 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// DefaultDebounce is how long a Watcher waits after the last change in the
-// file's directory before it reads the file.
-const DefaultDebounce = 100 * time.Millisecond
+// DefaultDebounce is the default settle time of a Watcher (see
+// WatcherOptions.Debounce).
+const DefaultDebounce = 250 * time.Millisecond
+
+// DefaultRetry is how often, by default, a Watcher re-checks the file
+// while the document there is not applied (see WatcherOptions.Retry).
+const DefaultRetry = 10 * time.Second
 
 // WatcherOptions configures a Watcher. The zero value is ready to use.
 type WatcherOptions struct {
 	// Logger receives what the Watcher does and why (nil: slog.Default()).
 	Logger *slog.Logger
-	// Debounce is the quiet time after the last change in the file's
-	// directory before the file is read, so that an editor's burst of
-	// writes is read once, whole. 0 means DefaultDebounce.
+	// Debounce is the settle time: the Watcher uses what it reads only
+	// once two reads this far apart agree (same file, size, modification
+	// time and content), each read between two equal stats of the file,
+	// and a change in the file's directory restarts the wait. So a file
+	// written in place (cp, scp, most editors) is not read half written,
+	// as long as the writer does not pause for longer than this mid-file;
+	// a sealed document (Seal) is never applied torn, however the writer
+	// pauses. 0 means DefaultDebounce.
 	Debounce time.Duration
 	// Poll, when above 0, also re-reads the file this often, for file
 	// systems that do not report changes (some network file systems).
 	Poll time.Duration
+	// Retry is how often the file is read again while the Watcher is not
+	// running what it holds (LastError is set), in case a change was not
+	// reported, and to retry an apply that failed. 0 means DefaultRetry;
+	// below 0, never.
+	Retry time.Duration
 	// Signals, when not nil, forces a reload on every value received:
 	// pass a channel given to signal.Notify(ch, syscall.SIGHUP).
 	Signals <-chan os.Signal
 }
+
+// Why a Watcher did not apply what the file holds, as Status.Reason says
+// it (and the xdplb_config_error metric's reason label).
+const (
+	ReasonUnreadable = "unreadable" // the file cannot be read
+	ReasonInvalid    = "invalid"    // ErrInvalid: does not parse or validate (a torn sealed document too)
+	ReasonStale      = "stale"      // ErrStaleVersion: a lower version than the running one
+	ReasonConflict   = "conflict"   // ErrVersionConflict: the running version, different content
+	ReasonApply      = "apply"      // the apply function refused it
+)
+
+// Reasons lists every Reason value.
+var Reasons = []string{ReasonUnreadable, ReasonInvalid, ReasonStale, ReasonConflict, ReasonApply}
 
 // Status is what a Watcher runs and what went wrong last; see
 // Watcher.Status.
@@ -48,8 +76,10 @@ type Status struct {
 	AppliedAt time.Time
 	// LastError is why the last document read was not applied (unreadable,
 	// invalid, not a newer version, or apply failed); nil once a later
-	// version is applied or the file again holds the running version.
+	// version is applied or the file again holds the running document.
 	LastError error
+	// Reason classifies LastError (ReasonInvalid, ...); "" when it is nil.
+	Reason string
 	// LastErrorAt is when LastError happened.
 	LastErrorAt time.Time
 	// Applied counts the versions applied; Rejected the documents refused.
@@ -72,17 +102,23 @@ func (s Status) SyncDelay() time.Duration {
 // the file: editors replace a file by renaming another over it, and a
 // Kubernetes ConfigMap volume swaps a symlink, and both are changes to the
 // directory). On every change, on Reload, and on every value from
-// WatcherOptions.Signals, it reads the file and, if the content changed,
-// parses and validates it, and applies it only if its version is above
-// the running one. Anything else keeps the running version, is logged with
-// the reason, and is recorded in Status:
+// WatcherOptions.Signals, it waits for the file to settle (two reads a
+// settle time apart agree; see WatcherOptions.Debounce) and, if the content
+// changed, parses and validates it, and applies it only if its version is
+// above the running one. Anything else keeps the running version, is
+// logged with the reason, is recorded in Status, and is read again every
+// WatcherOptions.Retry until the file holds something that applies:
 //
+//   - a file that cannot be read;
 //   - a document that does not parse or validate (every problem is
-//     logged, located by line and column);
-//   - a valid document whose version is not above the running one
-//     (ErrStaleVersion: an operator must bump version with every change;
-//     a file that still holds exactly the running document is not an
-//     error);
+//     logged, located by line and column), which includes a sealed
+//     document (Seal) read before it is complete;
+//   - a valid document with a lower version than the running one
+//     (ErrStaleVersion);
+//   - a valid document with the running version that says something else
+//     (ErrVersionConflict: an operator must bump version with every change;
+//     a file that holds the running document, even reformatted or with
+//     other comments, is not an error);
 //   - a document the apply function refused.
 //
 // apply is called from Run's goroutine only, one document at a time; it
@@ -91,6 +127,7 @@ type Watcher struct {
 	path    string
 	opts    WatcherOptions
 	log     *slog.Logger
+	clock   clock
 	reload  chan struct{}
 	ready   chan struct{} // closed once the first document is applied
 	running atomic.Bool
@@ -102,6 +139,9 @@ type Watcher struct {
 	// Owned by Run's goroutine.
 	seen, applied [sha256.Size]byte
 	seenOK        bool
+	appliedText   []byte      // the running document, marshalled
+	onRead        func(n int) // tests: called after each read of n bytes
+	noEvents      bool        // tests: a file system that reports no changes
 }
 
 // NewWatcher returns a Watcher of the document file at path. Nothing
@@ -109,6 +149,9 @@ type Watcher struct {
 func NewWatcher(path string, opts WatcherOptions) *Watcher {
 	if opts.Debounce <= 0 {
 		opts.Debounce = DefaultDebounce
+	}
+	if opts.Retry == 0 {
+		opts.Retry = DefaultRetry
 	}
 	log := opts.Logger
 	if log == nil {
@@ -118,14 +161,16 @@ func NewWatcher(path string, opts WatcherOptions) *Watcher {
 		path:   path,
 		opts:   opts,
 		log:    log.With("path", path),
+		clock:  realClock{},
 		reload: make(chan struct{}, 1),
 		ready:  make(chan struct{}),
 		st:     Status{Path: path},
 	}
 }
 
-// Reload asks Run to read the file again now, even if its content did not
-// change (so a document apply refused can be retried). It does not wait.
+// Reload asks Run to read the file again, once it has settled, even if its
+// content did not change (so a document apply refused is retried at once).
+// It does not wait.
 func (w *Watcher) Reload() {
 	select {
 	case w.reload <- struct{}{}:
@@ -154,8 +199,9 @@ func (w *Watcher) Ready() <-chan struct{} { return w.ready }
 
 // Run loads and applies the file, then keeps watching it until ctx is
 // done, when it returns nil. It returns an error, without watching, if the
-// first load fails (unreadable, invalid, or refused by apply): a node must
-// not start without a valid configuration. Run may be called only once.
+// first load fails (unreadable, invalid, or refused by apply) or ctx is
+// done before the file settles: a node must not start without a valid
+// configuration. Run may be called only once.
 func (w *Watcher) Run(ctx context.Context, apply func(*Document) error) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("control: Watcher.Run called twice")
@@ -167,27 +213,58 @@ func (w *Watcher) Run(ctx context.Context, apply func(*Document) error) error {
 	defer fw.Close()
 	// Watch before the first read, so that no change falls in between.
 	dir := filepath.Dir(w.path)
-	if err := fw.Add(dir); err != nil {
-		return fmt.Errorf("control: watch %s: %w", dir, err)
+	watched := map[string]bool{}
+	if !w.noEvents {
+		if err := fw.Add(dir); err != nil {
+			return fmt.Errorf("control: watch %s: %w", dir, err)
+		}
+		watched[dir] = true
+		w.followLink(fw, watched, dir)
 	}
-	watched := map[string]bool{dir: true}
-	w.followLink(fw, watched, dir)
-	if _, err := w.check(apply, true); err != nil {
-		return fmt.Errorf("control: first load: %w", err)
+
+	settle := w.clock.NewTimer()
+	defer settle.Stop()
+	// The first load settles too: a node may start while the file is
+	// being written. Events until then are covered by the reads.
+	for pending := w.read(); ; {
+		settle.Reset(w.opts.Debounce)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("control: first load: %w", ctx.Err())
+		case <-settle.C():
+		}
+		cur := w.read()
+		if !cur.agrees(pending) {
+			pending = cur
+			continue
+		}
+		if _, err := w.check(cur, apply, true); err != nil {
+			return fmt.Errorf("control: first load: %w", err)
+		}
+		break
 	}
 	close(w.ready)
 
-	debounce := time.NewTimer(time.Hour)
-	debounce.Stop()
-	defer debounce.Stop()
-	var poll <-chan time.Time
+	retry := w.clock.NewTimer()
+	defer retry.Stop()
+	// The poll timer runs while the file is not settling.
+	poll := w.clock.NewTimer()
+	defer poll.Stop()
 	if w.opts.Poll > 0 {
-		t := time.NewTicker(w.opts.Poll)
-		defer t.Stop()
-		poll = t.C
+		poll.Reset(w.opts.Poll)
+	}
+	var (
+		settling, force bool
+		pending         snapshot
+		unsettled       int // reads in a row that did not agree
+	)
+	// begin (re)starts the wait for the file to settle.
+	begin := func(f bool) {
+		force = force || f
+		pending, settling = w.read(), true
+		settle.Reset(w.opts.Debounce)
 	}
 	for {
-		force := false
 		select {
 		case <-ctx.Done():
 			return nil
@@ -196,30 +273,112 @@ func (w *Watcher) Run(ctx context.Context, apply func(*Document) error) error {
 				return errors.New("control: file watcher closed")
 			}
 			w.log.Debug("control: directory changed", "event", ev.String())
-			debounce.Reset(w.opts.Debounce)
+			begin(false)
 			continue
 		case err, ok := <-fw.Errors:
 			if !ok {
 				return errors.New("control: file watcher closed")
 			}
 			w.log.Warn("control: file watcher", "error", err)
-			if !errors.Is(err, fsnotify.ErrEventOverflow) {
-				continue
+			if errors.Is(err, fsnotify.ErrEventOverflow) {
+				begin(false) // events were lost: read the file to be sure
 			}
-			// Events were lost: read the file to be sure.
-		case <-debounce.C:
-		case <-poll:
+			continue
+		case <-poll.C():
+			if !settling {
+				begin(false)
+			}
+			continue
+		case <-retry.C():
+			if !settling {
+				// A refused apply is tried again; anything else is news
+				// only if the file changed.
+				begin(w.Status().Reason == ReasonApply)
+			}
+			continue
 		case <-w.reload:
-			force = true
-		case <-w.opts.Signals:
-			force = true
-		}
-		if force {
 			w.log.Info("control: reload requested")
+			begin(true)
+			continue
+		case <-w.opts.Signals:
+			w.log.Info("control: reload requested")
+			begin(true)
+			continue
+		case <-settle.C():
 		}
-		w.check(apply, force)
-		w.followLink(fw, watched, dir)
+		cur := w.read()
+		if !cur.agrees(pending) {
+			unsettled++
+			w.log.Debug("control: file still changing")
+			if unsettled == warnUnsettled {
+				w.log.Warn("control: the file keeps changing; waiting for it to settle before reading it",
+					"settle", w.opts.Debounce, "reads", unsettled)
+			}
+			pending = cur
+			settle.Reset(w.opts.Debounce)
+			continue
+		}
+		settling, unsettled = false, 0
+		w.check(cur, apply, force)
+		force = false
+		if !w.noEvents {
+			w.followLink(fw, watched, dir)
+		}
+		if w.opts.Poll > 0 {
+			poll.Reset(w.opts.Poll)
+		}
+		if w.Status().LastError != nil && w.opts.Retry > 0 {
+			retry.Reset(w.opts.Retry)
+		} else {
+			retry.Stop()
+		}
 	}
+}
+
+// warnUnsettled is how many reads in a row that do not agree make a
+// Watcher warn that the file does not settle.
+const warnUnsettled = 20
+
+// snapshot is one read of the file, between two stats.
+type snapshot struct {
+	err    error
+	data   []byte
+	sum    [sha256.Size]byte
+	fi     os.FileInfo // the stat before the read
+	stable bool        // the stat after the read agreed with fi
+}
+
+// read reads the file between two stats.
+func (w *Watcher) read() snapshot {
+	before, err := os.Stat(w.path)
+	if err != nil {
+		return snapshot{err: err}
+	}
+	data, err := readFile(w.path)
+	if err != nil {
+		return snapshot{err: err}
+	}
+	after, err := os.Stat(w.path)
+	if err != nil {
+		return snapshot{err: err}
+	}
+	if w.onRead != nil {
+		w.onRead(len(data))
+	}
+	return snapshot{data: data, sum: sha256.Sum256(data), fi: before, stable: sameStat(before, after)}
+}
+
+func sameStat(a, b os.FileInfo) bool {
+	return os.SameFile(a, b) && a.Size() == b.Size() && a.ModTime().Equal(b.ModTime())
+}
+
+// agrees reports whether s and an earlier read p saw the same, settled
+// file: the same content and stats, or the same error.
+func (s snapshot) agrees(p snapshot) bool {
+	if s.err != nil || p.err != nil {
+		return s.err != nil && p.err != nil && s.err.Error() == p.err.Error()
+	}
+	return s.stable && p.stable && sameStat(s.fi, p.fi) && s.sum == p.sum
 }
 
 // followLink also watches the directory of the file the path resolves to,
@@ -245,52 +404,58 @@ func (w *Watcher) followLink(fw *fsnotify.Watcher, watched map[string]bool, dir 
 	}
 }
 
-// check reads the file and applies it if it is a valid newer version. It
+// check applies the settled read s if it is a valid newer version. It
 // skips content it saw last time unless force. It reports whether it
 // applied a document, and why not when it refused one.
-func (w *Watcher) check(apply func(*Document) error, force bool) (bool, error) {
-	data, err := readFile(w.path)
-	if err != nil {
+func (w *Watcher) check(s snapshot, apply func(*Document) error, force bool) (bool, error) {
+	if s.err != nil {
 		w.seenOK = false // whatever comes back next is news
-		w.refuse(err)
-		return false, err
+		w.refuse(s.err, ReasonUnreadable)
+		return false, s.err
 	}
-	sum := sha256.Sum256(data)
-	if !force && w.seenOK && sum == w.seen {
+	if !force && w.seenOK && s.sum == w.seen {
 		return false, nil
 	}
-	w.seen, w.seenOK = sum, true
-	doc, err := parse(w.path, data)
+	w.seen, w.seenOK = s.sum, true
+	doc, err := parse(w.path, s.data)
 	if err != nil {
-		w.refuse(err)
+		w.refuse(err, ReasonInvalid)
 		return false, err
 	}
+	text, _ := doc.Marshal() // nil on failure: then it differs
 	if cur := w.Document(); cur != nil && doc.Version <= cur.Version {
-		if sum == w.applied {
-			// Back to what runs (say, a bad edit reverted): nothing to do,
-			// and nothing wrong any more.
+		if doc.Version == cur.Version && (s.sum == w.applied || (text != nil && bytes.Equal(text, w.appliedText))) {
+			// What runs (say, a bad edit reverted, or only comments
+			// changed): nothing to do, and nothing wrong any more.
 			w.log.Info("control: file holds the running version", "version", cur.Version)
 			w.mu.Lock()
-			w.st.LastError, w.st.LastErrorAt = nil, time.Time{}
+			w.st.LastError, w.st.Reason, w.st.LastErrorAt = nil, "", time.Time{}
 			w.mu.Unlock()
 			return false, nil
 		}
+		if doc.Version == cur.Version {
+			err := fmt.Errorf("%w: the file has version %d, the version this node runs, but says something else; "+
+				"keeping what runs: write the change with a higher version",
+				ErrVersionConflict, doc.Version)
+			w.refuse(err, ReasonConflict)
+			return false, err
+		}
 		err := fmt.Errorf("%w: the file has version %d and the node runs %d; bump version to apply the change",
 			ErrStaleVersion, doc.Version, cur.Version)
-		w.refuse(err)
+		w.refuse(err, ReasonStale)
 		return false, err
 	}
 	if err := apply(doc); err != nil {
 		err = fmt.Errorf("control: apply version %d: %w", doc.Version, err)
-		w.refuse(err)
+		w.refuse(err, ReasonApply)
 		return false, err
 	}
-	w.applied = sum
+	w.applied, w.appliedText = s.sum, text
 	now := time.Now()
 	w.mu.Lock()
 	w.doc = doc
 	w.st.Version, w.st.Written, w.st.AppliedAt = doc.Version, doc.Written, now
-	w.st.LastError, w.st.LastErrorAt = nil, time.Time{}
+	w.st.LastError, w.st.Reason, w.st.LastErrorAt = nil, "", time.Time{}
 	w.st.Applied++
 	st := w.st
 	w.mu.Unlock()
@@ -303,9 +468,9 @@ func (w *Watcher) check(apply func(*Document) error, force bool) (bool, error) {
 }
 
 // refuse records and logs why the file was not applied.
-func (w *Watcher) refuse(err error) {
+func (w *Watcher) refuse(err error, reason string) {
 	w.mu.Lock()
-	w.st.LastError, w.st.LastErrorAt = err, time.Now()
+	w.st.LastError, w.st.Reason, w.st.LastErrorAt = err, reason, time.Now()
 	w.st.Rejected++
 	version := w.st.Version
 	w.mu.Unlock()
@@ -318,5 +483,33 @@ func (w *Watcher) refuse(err error) {
 		}
 		return
 	}
-	w.log.Error("control: not applied, keeping the running version", "running", version, "error", err)
+	w.log.Error("control: not applied, keeping the running version", "running", version, "reason", reason, "error", err)
 }
+
+// clock makes the Watcher's timers; tests replace it.
+type clock interface {
+	// NewTimer returns a stopped timer.
+	NewTimer() timer
+}
+
+// timer is a time.Timer (Go 1.23 semantics: Reset and Stop discard a
+// value not yet received).
+type timer interface {
+	C() <-chan time.Time
+	Reset(d time.Duration)
+	Stop()
+}
+
+type realClock struct{}
+
+func (realClock) NewTimer() timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return realTimer{t}
+}
+
+type realTimer struct{ t *time.Timer }
+
+func (r realTimer) C() <-chan time.Time   { return r.t.C }
+func (r realTimer) Reset(d time.Duration) { r.t.Reset(d) }
+func (r realTimer) Stop()                 { r.t.Stop() }

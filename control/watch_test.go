@@ -62,6 +62,13 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 // start runs a Watcher of path until the test ends.
 func start(t *testing.T, path string, opts WatcherOptions, a *applier) *Watcher {
 	t.Helper()
+	return startClock(t, path, opts, a.apply, nil)
+}
+
+// startClock is start with any apply function and, when clk is not nil,
+// clk's timers.
+func startClock(t *testing.T, path string, opts WatcherOptions, apply func(*Document) error, clk *fakeClock) *Watcher {
+	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = quietLogger()
 	}
@@ -69,9 +76,19 @@ func start(t *testing.T, path string, opts WatcherOptions, a *applier) *Watcher 
 		opts.Debounce = 10 * time.Millisecond
 	}
 	w := NewWatcher(path, opts)
+	if clk != nil {
+		w.clock = clk
+	}
+	return runWatcher(t, w, apply, clk)
+}
+
+// runWatcher runs w until the test ends and waits for the first document,
+// advancing clk (when not nil) until it is applied.
+func runWatcher(t *testing.T, w *Watcher, apply func(*Document) error, clk *fakeClock) *Watcher {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx, a.apply) }()
+	go func() { done <- w.Run(ctx, apply) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -81,6 +98,12 @@ func start(t *testing.T, path string, opts WatcherOptions, a *applier) *Watcher 
 			t.Error("Run did not return after cancel")
 		}
 	})
+	if clk != nil {
+		require.Eventually(t, func() bool {
+			clk.Advance(w.opts.Debounce)
+			return w.Status().Version == 1
+		}, hang, time.Millisecond, "waiting for the first document")
+	}
 	waitVersion(t, w, 1)
 	return w
 }
@@ -156,20 +179,26 @@ func TestWatcherKeepsRunningVersion(t *testing.T) {
 	waitVersion(t, w, 2)
 	assert.Nil(t, w.Status().LastError)
 
-	// Changed without a version bump: refused, says to bump.
+	// Changed without a version bump: a conflict, reported; what runs stays.
 	writeAtomic(t, path, docV(2, "hash_seed: 7\n"))
-	st = waitError(t, w, ErrStaleVersion)
-	assert.Contains(t, st.LastError.Error(), "the file has version 2 and the node runs 2; bump version to apply the change")
+	st = waitError(t, w, ErrVersionConflict)
+	assert.ErrorIs(t, st.LastError, ErrStaleVersion)
+	assert.Equal(t, ReasonConflict, st.Reason)
+	assert.Contains(t, st.LastError.Error(), "the file has version 2, the version this node runs, but says something else")
 	assert.Equal(t, uint64(2), st.Version)
+	assert.Zero(t, w.Document().HashSeed, "the running document stays")
 
-	// Back to exactly what runs: nothing applied, nothing wrong.
-	writeAtomic(t, path, docV(2, ""))
+	// Back to what runs, only reformatted: nothing applied, nothing wrong.
+	writeAtomic(t, path, append([]byte("# reformatted\n"), docV(2, "")...))
 	require.Eventually(t, func() bool { return w.Status().LastError == nil }, hang, time.Millisecond)
+	assert.Empty(t, w.Status().Reason)
 
 	// A lower version: refused.
 	writeAtomic(t, path, docV(1, ""))
 	st = waitError(t, w, ErrStaleVersion)
-	assert.Contains(t, st.LastError.Error(), "the file has version 1 and the node runs 2")
+	assert.Contains(t, st.LastError.Error(), "the file has version 1 and the node runs 2; bump version to apply the change")
+	assert.Equal(t, ReasonStale, st.Reason)
+	assert.NotErrorIs(t, st.LastError, ErrVersionConflict)
 
 	// apply refuses: the version is not taken.
 	a.setFail(errors.New("no room"))
@@ -207,9 +236,8 @@ func TestWatcherSignalsAndPoll(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, docV(1, ""), 0o644))
 	a := &applier{}
 	sig := make(chan os.Signal, 1)
-	// A long debounce stands for "the file system did not tell": the
-	// signal must do it.
-	w := start(t, path, WatcherOptions{Signals: sig, Debounce: time.Hour}, a)
+	// No retries: the signal must do it.
+	w := start(t, path, WatcherOptions{Signals: sig, Retry: -1}, a)
 
 	a.setFail(errors.New("busy"))
 	require.NoError(t, os.WriteFile(path, docV(2, ""), 0o644))
@@ -219,10 +247,11 @@ func TestWatcherSignalsAndPoll(t *testing.T) {
 	sig <- syscall.SIGHUP
 	waitVersion(t, w, 2)
 
-	// Polling finds a change without events or signals.
+	// Polling finds a change too (here the directory's events find it as
+	// well: there is no turning them off).
 	path2 := filepath.Join(t.TempDir(), "mux.yaml")
 	require.NoError(t, os.WriteFile(path2, docV(1, ""), 0o644))
-	w2 := start(t, path2, WatcherOptions{Debounce: time.Hour, Poll: 5 * time.Millisecond}, &applier{})
+	w2 := start(t, path2, WatcherOptions{Poll: 5 * time.Millisecond}, &applier{})
 	require.NoError(t, os.WriteFile(path2, docV(2, ""), 0o644))
 	waitVersion(t, w2, 2)
 }

@@ -329,7 +329,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 
-	var kept map[string]*steer.Program // programs a rebuild hands over
+	var kept *handover // programs and sockets a rebuild hands over
 	onFwd := a.cfg.OnForwarding
 	for {
 		dp, err := a.start(ifi, resolver, kept)
@@ -378,7 +378,7 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // start builds the data path for the current plan and publishes it.
-func (a *Agent) start(ifi *net.Interface, resolver *nexthop.Resolver, kept map[string]*steer.Program) (*dataPath, error) {
+func (a *Agent) start(ifi *net.Interface, resolver *nexthop.Resolver, kept *handover) (*dataPath, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	// A rebuild request raised before this build is served by it.
@@ -400,10 +400,11 @@ func (a *Agent) start(ifi *net.Interface, resolver *nexthop.Resolver, kept map[s
 }
 
 // stop retires a stopped data path: its counters are kept, its sockets
-// closed, and its programs detached — or, for a rebuild, kept attached and
-// returned for the next data path, so that no VM reply reaches the kernel
-// in between.
-func (a *Agent) stop(dp *dataPath, rebuild bool) map[string]*steer.Program {
+// closed, and its programs detached — or, for a rebuild, programs kept
+// attached and sockets kept bound and returned for the next data path, so
+// that no VM reply reaches the kernel in between and what arrives waits in
+// the sockets' rings.
+func (a *Agent) stop(dp *dataPath, rebuild bool) *handover {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	addStats(&a.retired, dp.eng.Stats())

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/xdplb/xdplb/encap"
 	"github.com/xdplb/xdplb/engine"
@@ -55,17 +56,19 @@ type iface struct {
 // open builds the data path for plan and attaches its programs. On error
 // everything built so far is released.
 //
-// kept are the steering programs a previous data path left attached (a
-// rebuild, see dataPath.close), by interface name: open takes over those
-// of interfaces it still serves — new rules, new sockets, never detached —
-// and detaches and closes the others.
-func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *nexthop.Resolver, kept map[string]*steer.Program) (_ *dataPath, err error) {
+// kept is what a previous data path handed over (a rebuild, see
+// dataPath.close): by interface name, its steering programs, still
+// attached, and its sockets, still bound and registered. open takes over
+// those of the interfaces it still serves — new rules, the same sockets,
+// never detached or unbound, so what arrives during the rebuild waits in
+// the sockets' rings instead of being dropped — and releases the others.
+func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *nexthop.Resolver, kept *handover) (_ *dataPath, err error) {
 	dp := &dataPath{plan: plan}
+	if kept == nil {
+		kept = &handover{}
+	}
 	defer func() {
-		for _, prog := range kept { // not taken over
-			_ = prog.Detach()
-			_ = prog.Close()
-		}
+		kept.release() // not taken over
 		if err != nil {
 			dp.close(false)
 		}
@@ -80,9 +83,13 @@ func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *
 			return nil, fmt.Errorf("hostagent: queues of %s: %w", name, err)
 		}
 		f := &iface{name: name, index: ifi.Index, queues: q}
-		if prog := kept[name]; prog != nil && int(prog.Options().MaxQueues) >= q {
-			delete(kept, name)
+		if prog := kept.progs[name]; prog != nil && int(prog.Options().MaxQueues) >= q {
+			delete(kept.progs, name)
 			f.prog, f.attached = prog, true
+			if socks := kept.sockets[name]; len(socks) == q {
+				f.sockets = socks // bound to this interface's queues still
+				delete(kept.sockets, name)
+			}
 		} else {
 			prog, err := steer.Load(steer.Options{})
 			if err != nil {
@@ -154,22 +161,29 @@ func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *
 	}
 	all := append([]*iface{dp.uplink}, dp.vms...)
 	for i, f := range all {
-		f.sockets = make([]*afxdp.Port, f.queues)
+		handed := f.sockets != nil
+		if !handed {
+			f.sockets = make([]*afxdp.Port, f.queues)
+		}
 		pl := inbound
 		if i > 0 {
 			pl = returns[i-1]
 		}
 		for q := 0; q < f.queues; q++ {
-			pc := a.cfg.Port
-			pc.Name, pc.Interface, pc.Ifindex, pc.Queue = fmt.Sprintf("%s:%d", f.name, q), f.name, 0, q
-			port, err := afxdp.Open(pc)
-			if err != nil {
-				return nil, fmt.Errorf("hostagent: open %s queue %d: %w", f.name, q, err)
+			port := f.sockets[q]
+			if !handed {
+				pc := a.cfg.Port
+				pc.Name, pc.Interface, pc.Ifindex, pc.Queue = fmt.Sprintf("%s:%d", f.name, q), f.name, 0, q
+				if port, err = afxdp.Open(pc); err != nil {
+					return nil, fmt.Errorf("hostagent: open %s queue %d: %w", f.name, q, err)
+				}
+				f.sockets[q] = port
 			}
 			dp.ports = append(dp.ports, port)
-			f.sockets[q] = port
-			if err := f.prog.RegisterSocket(q, port.FD()); err != nil {
-				return nil, err
+			if !handed {
+				if err := f.prog.RegisterSocket(q, port.FD()); err != nil {
+					return nil, err
+				}
 			}
 			if q < workers {
 				// Worker q's own socket on this interface: port i.
@@ -297,7 +311,7 @@ func (dp *dataPath) steer(plan *Plan) error {
 // no sockets, and are returned by interface name for the next open: the
 // frames they steer meanwhile are dropped (SetDropNoSocket) rather than
 // handed to the kernel.
-func (dp *dataPath) close(keep bool) map[string]*steer.Program {
+func (dp *dataPath) close(keep bool) *handover {
 	all := append([]*iface{dp.uplink}, dp.vms...)
 	if !keep {
 		for _, f := range all {
@@ -306,27 +320,65 @@ func (dp *dataPath) close(keep bool) map[string]*steer.Program {
 			}
 		}
 	}
+	var kept *handover
+	handed := map[*afxdp.Port]bool{}
+	if keep {
+		kept = &handover{progs: map[string]*steer.Program{}, sockets: map[string][]*afxdp.Port{}}
+		for _, f := range all {
+			if f == nil || f.prog == nil || !f.attached {
+				continue
+			}
+			kept.progs[f.name] = f.prog
+			if len(f.sockets) == f.queues && !slices.Contains(f.sockets, nil) {
+				kept.sockets[f.name] = f.sockets
+				for _, p := range f.sockets {
+					handed[p] = true
+				}
+			}
+		}
+	}
 	// Closing a socket takes it out of its program's XSKMAP.
 	for _, p := range dp.ports {
-		_ = p.Close()
+		if !handed[p] {
+			_ = p.Close()
+		}
 	}
 	if dp.slow != nil {
 		_ = dp.slow.Close()
 	}
-	var kept map[string]*steer.Program
 	for _, f := range all {
-		if f == nil || f.prog == nil {
-			continue
-		}
-		if keep && f.attached {
-			if kept == nil {
-				kept = map[string]*steer.Program{}
-			}
-			kept[f.name] = f.prog
+		if f == nil || f.prog == nil || kept != nil && kept.progs[f.name] == f.prog {
 			continue
 		}
 		_ = f.prog.Detach()
 		_ = f.prog.Close()
 	}
 	return kept
+}
+
+// handover is what a data path stopped for a rebuild hands to the next:
+// by interface name, the steering programs, still attached, and the
+// sockets of every queue, still bound and registered in their programs.
+type handover struct {
+	progs   map[string]*steer.Program
+	sockets map[string][]*afxdp.Port
+}
+
+// release closes the sockets and detaches and closes the programs the
+// next data path did not take over.
+func (h *handover) release() {
+	if h == nil {
+		return
+	}
+	for name, socks := range h.sockets {
+		for _, p := range socks {
+			_ = p.Close()
+		}
+		delete(h.sockets, name)
+	}
+	for name, prog := range h.progs {
+		_ = prog.Detach()
+		_ = prog.Close()
+		delete(h.progs, name)
+	}
 }

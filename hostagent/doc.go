@@ -49,8 +49,13 @@
 // (same host address and VXLAN port, same VM ports and VNIs, same
 // infrastructure prefixes) the rules, endpoints, DIPs and steering rules
 // are swapped live; otherwise the running data path keeps the previous
-// version until the agent has stopped it and built a new one. The NAT table
-// survives rebuilds, so established connections keep their translation.
+// version until the agent has stopped it and built a new one. A rebuild
+// hands the interfaces it keeps over whole: their steering programs stay
+// attached and their AF_XDP sockets stay bound, so what arrives while the
+// workers are replaced waits in the sockets' rings and nothing is dropped
+// or leaks to the kernel untranslated (TestFleetReloadNewDIPKeepsConnections
+// asserts that the client retransmits nothing). The NAT table survives
+// rebuilds, so established connections keep their translation.
 //
 // # Failures
 //

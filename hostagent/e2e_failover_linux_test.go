@@ -367,6 +367,7 @@ func TestFleetMuxStopKeepsConnections(t *testing.T) {
 		return m[`xdplb_conntable_events_total{event="insert"}`]
 	}
 	ins0 := inserts()
+	retrans0 := l.clientRetrans()
 	require.NoError(t, l.muxes[1].Terminate())
 	waitFor(t, "the router's route to the VIP through mux1 only", 30*time.Second, func() bool {
 		return slices.Equal(l.nextHops(), []netip.Addr{fleetlab.FleetMuxAddr(1)})
@@ -380,6 +381,10 @@ func TestFleetMuxStopKeepsConnections(t *testing.T) {
 		"and placed %v flows it had no entry for",
 		k, perMux[1], ex.total()-n2, rx3-rx2, ins1-ins0)
 	require.Positive(t, ins1-ins0, "mux1 placed the moved flows (new connection-table entries), by the same Maglev pick")
+	// "Survived" means no packet was lost, not that TCP recovered: a
+	// Mux that stopped forwarding before its routes were gone would
+	// pass the checks above on retransmissions alone.
+	l.requireNoRetrans(retrans0, ex, "while mux2 withdrew and stopped")
 
 	// The connections mux2 carried, once more, one at a time: mux1
 	// receives each request.
@@ -451,6 +456,7 @@ func testReloadNewDIP(t *testing.T, underTraffic bool) {
 	h1, err := l.agentMetrics(0)
 	require.NoError(t, err)
 	builds := h1["xdplb_datapath_builds_total"]
+	retrans0 := l.clientRetrans()
 	l.writeDocuments(2, pool2)
 	l.waitApplied(2)
 	h1, err = l.agentMetrics(0)
@@ -460,6 +466,12 @@ func testReloadNewDIP(t *testing.T, underTraffic bool) {
 		ex.waitRounds(t, 3)
 		ex.finish(t)
 		t.Logf("%d connections did %d exchanges, every one answered by its first VM", k, ex.total())
+		// Logged, not asserted: the rebuild hands host1's sockets over
+		// (no drop window), which took the client's retransmissions from
+		// one per host1 connection to none in most runs, but about one run
+		// in six still loses one segment per host1 connection; the cause
+		// is open (issue 10, item 5).
+		l.logRetrans(retrans0, ex, "while the fleet applied version 2 (host1 rebuilt its data path)")
 	} else {
 		for r := 0; r < 3; r++ {
 			l.round(t, conns, dips, fmt.Sprintf("b%d", r))
@@ -572,12 +584,41 @@ func (l *fleetLab) muxRX1(i int) float64 {
 // the connection's VM.
 type exchanges struct {
 	counts []atomic.Int64
+	slow   atomic.Int64 // the slowest exchange, in nanoseconds (logged, not asserted)
 	failed atomic.Bool
 	mu     sync.Mutex
 	errs   []error
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	once   sync.Once
+}
+
+// clientRetrans returns the TCP segments the client has retransmitted
+// (Tcp.RetransSegs of its namespace).
+func (l *fleetLab) clientRetrans() uint64 {
+	l.t.Helper()
+	m, err := fleetlab.SNMP(l.client)
+	require.NoError(l.t, err)
+	return m["Tcp.RetransSegs"]
+}
+
+// requireNoRetrans fails the test when the client retransmitted a TCP
+// segment since it had retransmitted before: a packet of its connections
+// was lost while the step (what) ran under the exchanges ex.
+func (l *fleetLab) requireNoRetrans(before uint64, ex *exchanges, what string) {
+	l.t.Helper()
+	n := l.logRetrans(before, ex, what)
+	require.Zero(l.t, n, "the client retransmitted TCP segments %s: packets were lost", what)
+}
+
+// logRetrans logs the client's retransmissions since before and the
+// slowest exchange of ex, and returns the retransmissions.
+func (l *fleetLab) logRetrans(before uint64, ex *exchanges, what string) uint64 {
+	l.t.Helper()
+	n := l.clientRetrans() - before
+	l.t.Logf("%s: the client retransmitted %d TCP segments; the slowest exchange took %v",
+		what, n, time.Duration(ex.slow.Load()).Round(time.Millisecond))
+	return n
 }
 
 func startExchanges(conns []*flConn, dips []string, pace time.Duration) *exchanges {
@@ -592,7 +633,13 @@ func startExchanges(conns []*flConn, dips []string, pace time.Duration) *exchang
 					return
 				case <-time.After(pace):
 				}
+				began := time.Now()
 				got, err := c.get(fmt.Sprintf("x%d-%d", i, n), false, 10*time.Second)
+				for d := int64(time.Since(began)); ; {
+					if old := e.slow.Load(); d <= old || e.slow.CompareAndSwap(old, d) {
+						break
+					}
+				}
 				if err == nil && got != dips[i] {
 					err = fmt.Errorf("answered by %s, was %s", got, dips[i])
 				}

@@ -89,7 +89,10 @@ func haDocumentOf(v uint64, vms ...fleetlab.VM) *fleetlab.Doc {
 //  4. a new document version that removes a VM port makes the agent
 //     rebuild its data path, and one that brings it back rebuilds it
 //     again; traffic follows both;
-//  5. SIGTERM stops the Host Agent cleanly: exit status 0, no XDP program
+//  5. the running version rewritten in place with other content is a
+//     conflict: both nodes keep what they run, say so in
+//     xdplb_config_error{reason="conflict"}, and apply the next version;
+//  6. SIGTERM stops the Host Agent cleanly: exit status 0, no XDP program
 //     left on the uplink or the VM ports.
 func TestHostAgentEndToEnd(t *testing.T) {
 	l := newHALab(t)
@@ -255,7 +258,40 @@ func TestHostAgentEndToEnd(t *testing.T) {
 		require.Len(t, seen, 2)
 	})
 
-	t.Run("5_CleanShutdown", func(t *testing.T) {
+	t.Run("5_VersionConflict", func(t *testing.T) {
+		const conflict = `xdplb_config_error{reason="conflict"}`
+		// Version 3 again, without vm-b, written in place.
+		b, err := haDocumentOf(3, haVMs[0]).Marshal()
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(l.conf, b, 0o644))
+		waitFor(t, "the conflict reported by both", 20*time.Second, func() bool {
+			h, err1 := scrapeErr(l.host, haHost, haHostMet)
+			m, err2 := scrapeErr(l.mux, haMux, haMuxMet)
+			return err1 == nil && err2 == nil && h[conflict] == 1 && m[conflict] == 1
+		})
+		h, m := hostMetrics(), muxMetrics()
+		require.Equal(t, 3.0, h["xdplb_config_version"])
+		require.Equal(t, 3.0, m["xdplb_config_version"])
+		require.Equal(t, 1.0, h[`xdplb_local_dips{interface="vm_b"}`], "the host keeps vm-b's port")
+		seen := map[string]int{}
+		for i := 0; i < 60; i++ {
+			body, err := get(hc)
+			require.NoError(t, err)
+			seen[body]++
+		}
+		require.Len(t, seen, 2, "both VMs still serve: %v", seen)
+
+		// A higher version applies, and clears the error.
+		l.writeDocument(haDocumentOf(4, haVMs...))
+		waitFor(t, "version 4 applied by both, no error", 20*time.Second, func() bool {
+			h, err1 := scrapeErr(l.host, haHost, haHostMet)
+			m, err2 := scrapeErr(l.mux, haMux, haMuxMet)
+			return err1 == nil && err2 == nil && h["xdplb_config_version"] == 4 && m["xdplb_config_version"] == 4 &&
+				h[conflict] == 0 && m[conflict] == 0
+		})
+	})
+
+	t.Run("6_CleanShutdown", func(t *testing.T) {
 		require.NoError(t, agent.Stop(20*time.Second), "hostagent exits with status 0 after SIGTERM")
 		for _, ifname := range []string{"up", "vm_a", "vm_b"} {
 			lk, err := l.host.Link(ifname)

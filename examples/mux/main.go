@@ -58,6 +58,7 @@ func main() {
 		conns     = flag.Int("conns", 1<<20, "connection table capacity (flows)")
 		spins     = flag.Int("spin", 0, "empty polls before an idle worker sleeps")
 		check     = flag.Bool("check", false, "validate the document, print it with defaults filled in, and exit")
+		seal      = flag.Bool("seal", false, "validate the document, print the file with a checksum line (control.Seal), and exit")
 		probeFrom = flag.String("probe-source", "", "source address of health probes (default: the kernel's choice)")
 	)
 	flag.TextVar(&xdpMode, "xdp-mode", steer.AttachAuto, "XDP attach mode: auto, driver or generic")
@@ -73,6 +74,19 @@ func main() {
 	if *config == "" {
 		fmt.Fprintln(os.Stderr, "mux: -config is required")
 		os.Exit(2)
+	}
+	if *seal {
+		data, err := os.ReadFile(*config)
+		if err == nil {
+			data = control.Seal(data)
+			_, err = control.Parse(data)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Stdout.Write(data)
+		return
 	}
 	if *check {
 		doc, err := control.Load(*config)

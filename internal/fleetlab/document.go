@@ -164,14 +164,16 @@ func SubnetAddr(subnet, host int) netip.Addr {
 	return netip.AddrFrom4([4]byte{198, 18, byte(subnet), byte(host)})
 }
 
-// WriteDocument writes d's YAML to path, replacing the file atomically
-// (a temporary file renamed over it), so a node watching the file never
-// reads half a document.
+// WriteDocument writes d's YAML to path, sealed (control.Seal), replacing
+// the file atomically (a temporary file renamed over it), so a node
+// watching the file never reads half a document; the seal would refuse
+// one anyway.
 func WriteDocument(path string, d *Doc) error {
 	b, err := d.Marshal()
 	if err != nil {
 		return err
 	}
+	b = control.Seal(b)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		return err

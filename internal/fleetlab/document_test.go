@@ -3,6 +3,9 @@ package fleetlab_test
 import (
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +51,16 @@ func TestDocRoundTrip(t *testing.T) {
 			got, err := control.Parse(text)
 			require.NoError(t, err, "%s", text)
 			require.Equal(t, want, got, "%s", text)
+
+			// What WriteDocument writes: sealed, and the same document.
+			path := filepath.Join(t.TempDir(), "doc.yaml")
+			require.NoError(t, fleetlab.WriteDocument(path, tc.doc))
+			written, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.True(t, strings.HasPrefix(string(written), "checksum: sha256:"), "%s", written)
+			got, err = control.Load(path)
+			require.NoError(t, err)
+			require.Equal(t, want, got)
 		})
 	}
 }

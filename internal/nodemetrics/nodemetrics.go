@@ -25,6 +25,7 @@ var (
 	descVersion  = prometheus.NewDesc("xdplb_config_version", "Version of the running desired-state document.", nil, nil)
 	descSync     = prometheus.NewDesc("xdplb_config_sync_delay_seconds", "Time from the running document's 'written' stamp to its application.", nil, nil)
 	descRejected = prometheus.NewDesc("xdplb_config_rejected_total", "Documents refused (invalid, stale, or failed to apply).", nil, nil)
+	descError    = prometheus.NewDesc("xdplb_config_error", "1 while the document file is not applied, by reason (unreadable, invalid, stale, conflict: same version, different content, apply); 0 for the other reasons.", []string{"reason"}, nil)
 	descSteer    = prometheus.NewDesc("xdplb_steer_packets_total", "Packets seen by the XDP steering program of an interface, by outcome.", []string{"interface", "outcome"}, nil)
 	descXSK      = prometheus.NewDesc("xdplb_xsk_kernel_total", "AF_XDP socket statistics from the kernel, per interface and queue.", []string{"interface", "queue", "counter"}, nil)
 	descXSKTX    = prometheus.NewDesc("xdplb_xsk_tx_frames_total", "Frames transmitted per AF_XDP socket (copied: from another interface's socket).", []string{"interface", "queue", "kind"}, nil)
@@ -34,7 +35,7 @@ var (
 
 // Describe sends the shared descriptors.
 func Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descDrops, descVersion, descSync, descRejected, descSteer, descXSK, descXSKTX, descSlow, descPartial} {
+	for _, d := range []*prometheus.Desc{descPackets, descDrops, descVersion, descSync, descRejected, descError, descSteer, descXSK, descXSKTX, descSlow, descPartial} {
 		ch <- d
 	}
 }
@@ -67,13 +68,21 @@ func Engine(ch chan<- prometheus.Metric, s engine.Stats) {
 	}
 }
 
-// Config sends the running document's version, sync delay and refusals.
+// Config sends the running document's version, sync delay and refusals,
+// and why the file is not applied now, if it is not.
 func Config(ch chan<- prometheus.Metric, st control.Status) {
 	Gauge(ch, descVersion, float64(st.Version))
 	if d := st.SyncDelay(); d > 0 {
 		Gauge(ch, descSync, d.Seconds())
 	}
 	Counter(ch, descRejected, st.Rejected)
+	for _, r := range control.Reasons {
+		v := 0.0
+		if st.LastError != nil && st.Reason == r {
+			v = 1
+		}
+		Gauge(ch, descError, v, r)
+	}
 }
 
 // Steer sends the steering program's outcomes on interface ifname.
