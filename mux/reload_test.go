@@ -48,7 +48,7 @@ func TestReloadNeedingBGPRestartIsRefused(t *testing.T) {
 	waitStatus := func(what string, cond func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second) // hang guard
-		m.Reload() // the watcher settles the file before it reads it
+		m.Reload()                                   // the watcher settles the file before it reads it
 		for !cond() {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: status %+v", what, m.Status())
