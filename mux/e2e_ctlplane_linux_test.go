@@ -27,8 +27,8 @@ const ctlplaneMD5 = "xdplb test md5"
 // locked down (issue 10, items 6 and 7) and checks:
 //
 //  1. The session to BIRD comes up with a TCP-MD5 password and GTSM on
-//     both ends (BIRD: password, ttl security on), and the VIP is
-//     announced.
+//     both ends (BIRD: password, ttl security on), through the Mux's
+//     listener (the peer is passive), and the VIP is announced.
 //  2. BGP listens only on the configured address (ss), not on 0.0.0.0 or
 //     [::].
 //  3. Once forwarding, the process and every one of its threads hold
@@ -58,6 +58,10 @@ func TestMuxControlPlane(t *testing.T) {
 	doc := e2eDocument(0)
 	doc.BGP.ListenAddresses = []netip.Addr{m.addr}
 	doc.BGP.Peers[0].Password, doc.BGP.Peers[0].TTLSecurity = ctlplaneMD5, 1
+	// Passive: the session must come in through the listener, where the
+	// key and the TTL check are set on the listening socket (which is
+	// why examples/mux listens without multipath TCP).
+	doc.BGP.Peers[0].Passive = true
 	conf := filepath.Join(l.dir, "mux1.yaml")
 	fleetlabtest.WriteDocument(t, conf, doc)
 	metricsAt := netip.AddrPortFrom(m.addr, e2eMetrics)
