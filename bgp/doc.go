@@ -63,9 +63,10 @@
 // Peer.TTLSecurity turns on GTSM (RFC 5082): TTL 255 out, at least
 // 256-hops in. Since Go 1.24 net listeners are multipath TCP sockets by
 // default, on which the kernel refuses TCP-MD5 keys and IP_TTL (GoBGP
-// then only logs a warning and incoming sessions go unprotected): a
+// would only log a warning and incoming sessions go unprotected): a
 // program that uses either must listen with plain TCP, by building with
 // "//go:debug multipathtcp=0" in its main package (examples/mux does).
+// New and Reconfigure refuse such a Config otherwise (ErrMultipathTCP).
 // Changing the listener (ListenPort, ListenAddresses), ASN or RouterID
 // needs a new Announcer; CheckReconfigure says so before anything
 // changes.
