@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -26,7 +27,31 @@ var (
 	// changes the speaker itself (ASN, router id, listener): the caller must
 	// Shutdown this Announcer and start a new one.
 	ErrRestartRequired = errors.New("bgp: change needs a new announcer")
+	// ErrMultipathTCP is returned by New, Reconfigure and CheckReconfigure
+	// for a Config that listens and gives a peer a Password or
+	// TTLSecurity in a program whose listeners are multipath TCP (Go's
+	// default since 1.24): the kernel refuses TCP-MD5 keys and IP_TTL on
+	// those, and incoming sessions would go unprotected.
+	ErrMultipathTCP = errors.New(`bgp: a peer has a password or ttl_security, but this program listens with multipath TCP, on which the kernel refuses both: build it with "//go:debug multipathtcp=0" in package main (or run it with GODEBUG=multipathtcp=0)`)
 )
+
+// checkListener refuses a Config whose peers' TCP-MD5 or GTSM could not be
+// set on this program's listener (see ErrMultipathTCP).
+func checkListener(c Config) error {
+	if c.ListenPort == 0 {
+		return nil
+	}
+	for _, p := range c.Peers {
+		if p.Password != "" || p.TTLSecurity > 0 {
+			var lc net.ListenConfig
+			if lc.MultipathTCP() {
+				return fmt.Errorf("%w (peer %s)", ErrMultipathTCP, p.Address)
+			}
+			return nil
+		}
+	}
+	return nil
+}
 
 type phase uint8
 
@@ -64,6 +89,9 @@ type Announcer struct {
 // before Start are announced by Start.
 func New(cfg Config) (*Announcer, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkListener(cfg); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
@@ -147,6 +175,9 @@ func (a *Announcer) Reconfigure(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	if err := checkListener(cfg); err != nil {
+		return err
+	}
 	cfg = cfg.withDefaults()
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -175,6 +206,29 @@ func (a *Announcer) Reconfigure(cfg Config) error {
 			"prefixes", len(a.announced))
 	}
 	return errors.Join(errs...)
+}
+
+// CheckReconfigure reports whether Reconfigure would take cfg without a
+// restart: the error is cfg's Validate error, or wraps ErrRestartRequired
+// naming the field that changed, or ErrClosed. It changes nothing, so a
+// caller can refuse a whole new configuration before applying any of it.
+func (a *Announcer) CheckReconfigure(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := checkListener(cfg); err != nil {
+		return err
+	}
+	cfg = cfg.withDefaults()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.phase >= phaseStopping {
+		return ErrClosed
+	}
+	if ok, field := a.cfg.sameSpeaker(cfg); !ok {
+		return fmt.Errorf("%w: %s changed", ErrRestartRequired, field)
+	}
+	return nil
 }
 
 // SetPeers replaces the peer list, as Reconfigure does with the current

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -89,7 +90,21 @@ type Peer struct {
 	// Passive makes the Announcer wait for the neighbour to connect
 	// instead of dialling it; it needs Config.ListenPort.
 	Passive bool
+	// Password is the session's TCP-MD5 signature key (RFC 2385), at most
+	// MaxPasswordLen bytes; empty means none. It is set on the listener
+	// too, for the neighbour's address.
+	Password string
+	// TTLSecurity turns on the Generalized TTL Security Mechanism (RFC
+	// 5082) with the neighbour's distance in hops, 1..254: the session's
+	// packets leave with TTL 255 and only those arriving with TTL
+	// 256-TTLSecurity or more are accepted (1: directly connected, TTL
+	// 255 only). 0 means off (eBGP then sends with TTL 1).
+	TTLSecurity uint8
 }
+
+// MaxPasswordLen is the longest TCP-MD5 key the kernel takes
+// (TCP_MD5SIG_MAXKEYLEN).
+const MaxPasswordLen = 80
 
 // HostPrefix returns the host route for a VIP: a /32 for an IPv4 address,
 // a /128 for an IPv6 one. An IPv4-mapped IPv6 address is unmapped first.
@@ -173,6 +188,12 @@ func (c Config) Validate() error {
 		}
 		if err := checkASN(p.ASN); err != "" {
 			bad(f+".asn", "%s", err)
+		}
+		if len(p.Password) > MaxPasswordLen || strings.ContainsRune(p.Password, 0) {
+			bad(f+".password", "%d bytes: want at most %d, no NUL", len(p.Password), MaxPasswordLen)
+		}
+		if p.TTLSecurity == 255 {
+			bad(f+".ttl_security", "255 hops: want 1..254 (or 0 for off)")
 		}
 		if p.Passive && c.ListenPort == 0 {
 			bad(f+".passive", "a passive peer needs a listen_port")

@@ -3,6 +3,7 @@ package bgp
 import (
 	"bytes"
 	"log/slog"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -241,4 +242,25 @@ func TestSlogLogger(t *testing.T) {
 	assert.PanicsWithValue(t, "gobgp: code logic bug map[Key:x]", func() { l.Panic("code logic bug", gobgplog.Fields{"Key": "x"}) })
 	assert.Panics(t, func() { l.Fatal("unknown msg type", nil) })
 	assert.Contains(t, buf.String(), "level=ERROR msg=\"code logic bug\" Key=x")
+}
+
+// A listening speaker whose peer has a TCP-MD5 password or GTSM is refused
+// in a program that listens with multipath TCP (this test binary does,
+// Go's default): the kernel would refuse both on the listener. Without a
+// listener it is accepted.
+func TestMultipathTCPListenerRefused(t *testing.T) {
+	var lc net.ListenConfig
+	if !lc.MultipathTCP() {
+		t.Skip("this binary listens with plain TCP (GODEBUG multipathtcp=0)")
+	}
+	c := Config{ASN: 65010, RouterID: netip.MustParseAddr("198.18.0.10"), ListenPort: 1179,
+		Peers: []Peer{{Address: netip.MustParseAddr("198.18.0.1"), ASN: 65000, Password: "x"}}}
+	_, err := New(c)
+	require.ErrorIs(t, err, ErrMultipathTCP)
+	c.Peers[0].Password, c.Peers[0].TTLSecurity = "", 1
+	_, err = New(c)
+	require.ErrorIs(t, err, ErrMultipathTCP)
+	c.ListenPort = 0
+	_, err = New(c)
+	require.NoError(t, err)
 }

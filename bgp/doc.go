@@ -54,6 +54,23 @@
 // peer; both work with next-hop self. Graceful restart is not enabled, so
 // a router removes a Mux's routes as soon as its session ends.
 //
+// # Exposure
+//
+// Config.ListenAddresses restricts the listener to the given local
+// addresses (default every one, 0.0.0.0 and ::; ListenPort 0 listens
+// nowhere). Peer.Password signs a session with TCP-MD5 (RFC 2385), set on
+// the outgoing connection and, for the peer's address, on the listener;
+// Peer.TTLSecurity turns on GTSM (RFC 5082): TTL 255 out, at least
+// 256-hops in. Since Go 1.24 net listeners are multipath TCP sockets by
+// default, on which the kernel refuses TCP-MD5 keys and IP_TTL (GoBGP
+// would only log a warning and incoming sessions go unprotected): a
+// program that uses either must listen with plain TCP, by building with
+// "//go:debug multipathtcp=0" in its main package (examples/mux does).
+// New and Reconfigure refuse such a Config otherwise (ErrMultipathTCP).
+// Changing the listener (ListenPort, ListenAddresses), ASN or RouterID
+// needs a new Announcer; CheckReconfigure says so before anything
+// changes.
+//
 // # GoBGP
 //
 // GoBGP's logs go to Config.Logger through an adapter to log/slog. GoBGP

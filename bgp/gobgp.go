@@ -112,6 +112,7 @@ func (s peerSpec) apiPeer() *api.Peer {
 		Conf: &api.PeerConf{
 			NeighborAddress: s.Address.String(),
 			PeerAsn:         s.ASN,
+			AuthPassword:    s.Password,
 		},
 		Transport: &api.Transport{
 			PassiveMode: s.Passive,
@@ -122,6 +123,9 @@ func (s peerSpec) apiPeer() *api.Peer {
 			KeepaliveInterval: max(hold/3, 1),
 			ConnectRetry:      uint64(s.retry / time.Second),
 		}},
+	}
+	if s.TTLSecurity > 0 {
+		p.TtlSecurity = &api.TtlSecurity{Enabled: true, TtlMin: 256 - uint32(s.TTLSecurity)}
 	}
 	for _, f := range []struct {
 		on bool

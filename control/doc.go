@@ -72,12 +72,16 @@
 //	asn             required  local AS, 1..4294967295 (not 23456, AS_TRANS)
 //	router_id       required  IPv4 address
 //	listen_port     179       0 = do not listen (outbound sessions only)
+//	listen_addresses all      local addresses to accept sessions on (no 0.0.0.0/::); default every one
 //	hold_time       90s       0 (no keepalives) or 3s..65535s, whole seconds; keepalive = hold/3
 //	withdraw_grace  2s        0..1h; on shutdown: withdraw, keep forwarding this long, then stop
 //	next_hop        (self)    IPv4 next hop announced for IPv4 VIPs; default the session's local address
 //	next_hop6       (self)    IPv6 next hop for IPv6 VIPs; set it to announce them over IPv4 sessions (MP-BGP)
 //	peers[]         none      address (required, unique; link-local may have a %zone),
-//	                          asn (required), port (179), passive (false)
+//	                          asn (required), port (179), passive (false),
+//	                          password (none): TCP-MD5 (RFC 2385), 1..80 bytes,
+//	                          ttl_security (0 = off): GTSM (RFC 5082), the peer's distance
+//	                          in hops, 1..254 (1 = directly connected: only TTL 255 accepted)
 //
 // vips[]:
 //

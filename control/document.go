@@ -86,6 +86,9 @@ type BGP struct {
 	// ListenPort is the TCP port to accept sessions on; 0 means do not
 	// listen (outbound sessions only). Default 179.
 	ListenPort int32
+	// ListenAddresses restricts the listener to these local addresses;
+	// empty means every address (0.0.0.0 and ::). Needs a ListenPort.
+	ListenAddresses []netip.Addr
 	// HoldTime is the proposed hold time, whole seconds, 0 or at least 3s
 	// (RFC 4271); keepalives go every HoldTime/3. Default 90s.
 	HoldTime time.Duration
@@ -109,7 +112,21 @@ type Peer struct {
 	ASN     uint32
 	Port    uint16 // default 179
 	Passive bool   // wait for the peer to connect
+	// Password is the session's TCP-MD5 password (RFC 2385), 1..80
+	// bytes; empty means none.
+	Password string
+	// TTLSecurity turns on GTSM (RFC 5082) with the peer's distance in
+	// hops, 1..MaxTTLSecurityHops (1: directly connected): packets go out
+	// with TTL 255 and only those arriving with TTL >= 256-hops are
+	// accepted. 0 means off.
+	TTLSecurity uint8
 }
+
+// Limits of a peer's password and ttl_security.
+const (
+	MaxPasswordLen     = 80 // TCP_MD5SIG_MAXKEYLEN
+	MaxTTLSecurityHops = 254
+)
 
 // VIP is one service: a virtual address, protocol and port served by a
 // pool of backends in one tenant network.

@@ -48,6 +48,13 @@ func (d *Document) Marshal() ([]byte, error) {
 		add(n, "asn", uintNode(uint64(b.ASN)))
 		addAddr(n, "router_id", b.RouterID)
 		add(n, "listen_port", intNode(int64(b.ListenPort)))
+		if len(b.ListenAddresses) > 0 {
+			s := sequence()
+			for _, a := range b.ListenAddresses {
+				s.Content = append(s.Content, strNode(a.String()))
+			}
+			add(n, "listen_addresses", s)
+		}
 		add(n, "hold_time", strNode(b.HoldTime.String()))
 		add(n, "withdraw_grace", strNode(b.WithdrawGrace.String()))
 		addAddr(n, "next_hop", b.NextHop)
@@ -60,6 +67,10 @@ func (d *Document) Marshal() ([]byte, error) {
 				add(pn, "asn", uintNode(uint64(p.ASN)))
 				add(pn, "port", uintNode(uint64(p.Port)))
 				add(pn, "passive", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(p.Passive)})
+				if p.Password != "" {
+					add(pn, "password", strNode(p.Password))
+				}
+				add(pn, "ttl_security", uintNode(uint64(p.TTLSecurity)))
 				s.Content = append(s.Content, pn)
 			}
 			add(n, "peers", s)

@@ -332,8 +332,9 @@ func TestParseExample(t *testing.T) {
 
 	assert.Equal(t, &BGP{
 		ASN: 65010, RouterID: netip.MustParseAddr("198.18.0.10"), ListenPort: 179,
-		HoldTime: 9 * time.Second, WithdrawGrace: 2 * time.Second, NextHop: netip.MustParseAddr("198.18.0.10"),
-		Peers: []Peer{{Address: netip.MustParseAddr("198.18.0.1"), ASN: 65000, Port: 179}},
+		ListenAddresses: []netip.Addr{netip.MustParseAddr("198.18.0.10")},
+		HoldTime:        9 * time.Second, WithdrawGrace: 2 * time.Second, NextHop: netip.MustParseAddr("198.18.0.10"),
+		Peers: []Peer{{Address: netip.MustParseAddr("198.18.0.1"), ASN: 65000, Port: 179, Password: "change me", TTLSecurity: 1}},
 	}, d.BGP)
 
 	require.Len(t, d.VIPs, 3)

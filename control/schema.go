@@ -18,8 +18,8 @@ import (
 var (
 	documentKeys = []string{"version", "written", "hash_seed", "node", "infra_prefixes", "mux_prefixes", "bgp", "vips", "hosts", "checksum"}
 	nodeKeys     = []string{"name"}
-	bgpKeys      = []string{"asn", "router_id", "listen_port", "hold_time", "withdraw_grace", "next_hop", "next_hop6", "peers"}
-	peerKeys     = []string{"address", "asn", "port", "passive"}
+	bgpKeys      = []string{"asn", "router_id", "listen_port", "listen_addresses", "hold_time", "withdraw_grace", "next_hop", "next_hop6", "peers"}
+	peerKeys     = []string{"address", "asn", "port", "passive", "password", "ttl_security"}
 	vipKeys      = []string{"name", "address", "protocol", "port", "vni", "distribution", "table_size", "probe", "backends"}
 	probeKeys    = []string{"type", "port", "path", "method", "host", "expect_status", "interval", "timeout", "rise", "fall"}
 	backendKeys  = []string{"name", "address", "port", "mac", "host", "weight", "state"}
@@ -36,9 +36,13 @@ const (
 	wantVNI     = "0..16777215"
 	wantASN     = "1..4294967295"
 	wantAddr    = "an IPv4 or IPv6 address"
-	addrWords   = "IPv4 or IPv6 address"
-	nameMax     = 63
-	longNameMax = 253
+	// wantPassword and wantTTLSecurity describe a peer's password and
+	// ttl_security.
+	wantPassword    = "1..80 bytes, no NUL (the kernel's TCP-MD5 key limit)"
+	wantTTLSecurity = "0..254: 0 = off, else the peer's distance in hops (1 = directly connected; GTSM, RFC 5082)"
+	addrWords       = "IPv4 or IPv6 address"
+	nameMax         = 63
+	longNameMax     = 253
 )
 
 // site is where a value was first seen, for "first at" in messages.
@@ -215,6 +219,25 @@ func (d *decoder) bgp(o *object) *BGP {
 		p, _ := d.uint(v, "bgp.listen_port", 0, math.MaxUint16, "0..65535; 0 means do not listen")
 		b.ListenPort = int32(p)
 	}
+	if v := d.get(o, "listen_addresses"); v != nil {
+		seen := map[netip.Addr]site{}
+		for i, an := range d.list(v, "bgp.listen_addresses", "addresses") {
+			path := index("bgp.listen_addresses", i)
+			a, ok := d.addr(an, path, "a local "+addrWords, 0, false)
+			if !ok {
+				continue
+			}
+			if first, dup := seen[a]; dup {
+				d.errorf(an, path, "%v is listed twice (first at %v)", a, first)
+				continue
+			}
+			seen[a] = site{path, an}
+			b.ListenAddresses = append(b.ListenAddresses, a)
+		}
+		if len(b.ListenAddresses) > 0 && b.ListenPort == 0 {
+			d.errorf(v, "bgp.listen_addresses", "set, but listen_port is 0 (do not listen): drop one of them")
+		}
+	}
 	if v := d.get(o, "hold_time"); v != nil {
 		if t, ok := d.duration(v, "bgp.hold_time", 0, math.MaxUint16*time.Second); ok {
 			switch {
@@ -275,6 +298,22 @@ func (d *decoder) bgp(o *object) *BGP {
 		}
 		if v := d.get(po, "passive"); v != nil {
 			p.Passive, _ = d.bool(v, path+".passive")
+		}
+		if v := d.get(po, "password"); v != nil {
+			if pw, ok := d.str(v, path+".password", "the TCP-MD5 password, "+wantPassword); ok {
+				switch {
+				case pw == "" || len(pw) > MaxPasswordLen:
+					d.errorf(v, path+".password", "%d bytes (want %s)", len(pw), wantPassword)
+				case strings.ContainsRune(pw, 0):
+					d.errorf(v, path+".password", "contains a NUL byte (want %s)", wantPassword)
+				default:
+					p.Password = pw
+				}
+			}
+		}
+		if v := d.get(po, "ttl_security"); v != nil {
+			h, _ := d.uint(v, path+".ttl_security", 0, MaxTTLSecurityHops, wantTTLSecurity)
+			p.TTLSecurity = uint8(h)
 		}
 		b.Peers = append(b.Peers, p)
 	}

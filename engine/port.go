@@ -39,3 +39,12 @@ type Waiter interface {
 	// Wait blocks up to timeoutMs milliseconds for received frames.
 	Wait(timeoutMs int) error
 }
+
+// Checker is implemented by ports that can tell whether they still work
+// (an AF_XDP socket whose interface was deleted does not). Check is called
+// from a goroutine of its own, never the worker's, every
+// WorkerConfig.CheckEvery; an error stops the worker (Worker.Run returns
+// it) and is final: a port that failed stays failed.
+type Checker interface {
+	Check() error
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,7 +35,15 @@ type WorkerConfig struct {
 	// latency stays low and an idle worker costs no CPU. Raise it to trade
 	// CPU for latency at high rates (busy polling).
 	IdleSpins int
+	// CheckEvery is how often Run checks the worker's ports that
+	// implement Checker, from a goroutine beside the worker (default
+	// DefaultCheckEvery). A failed port stops the worker with its error
+	// after at most CheckEvery plus one idle wait or 64 busy polls.
+	CheckEvery time.Duration
 }
+
+// DefaultCheckEvery is the default WorkerConfig.CheckEvery.
+const DefaultCheckEvery = 200 * time.Millisecond
 
 // Worker moves batches from its inputs through their pipelines to its
 // ports. A worker is single-goroutine: Poll and Run must not be called
@@ -46,6 +55,7 @@ type Worker struct {
 	pool     [MaxBatch]Packet
 	scratch  [MaxBatch]*Packet
 	groups   [MaxBatch]*Packet
+	failed   atomic.Pointer[error] // set by the port checker: Run stops
 }
 
 // NewWorker checks cfg and returns a worker.
@@ -79,6 +89,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	if cfg.IdleWaitMs <= 0 {
 		cfg.IdleWaitMs = 1
+	}
+	if cfg.CheckEvery <= 0 {
+		cfg.CheckEvery = DefaultCheckEvery
 	}
 	if cfg.IdleSpins < 0 {
 		return nil, errors.New("engine: IdleSpins must not be negative")
@@ -238,7 +251,14 @@ func (w *Worker) release(b *Batch) {
 // Run polls until ctx is done, on a goroutine locked to its OS thread.
 // When no input had a packet it waits on the first input port if it is a
 // Waiter, otherwise it sleeps IdleWaitMs.
+//
+// Ports that implement Checker are checked every CheckEvery from a
+// goroutine beside the worker (never on the packet path); when one fails,
+// or a Waiter's Wait fails, Run returns the error: a dead port stops its
+// worker instead of being polled in vain.
 func (w *Worker) Run(ctx context.Context) error {
+	stopChecks := w.startChecks()
+	defer stopChecks()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var waiter Waiter
@@ -258,6 +278,9 @@ func (w *Worker) Run(ctx context.Context) error {
 					return nil
 				default:
 				}
+				if err := w.failed.Load(); err != nil {
+					return *err
+				}
 			}
 			continue
 		}
@@ -265,6 +288,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-done:
 			return nil
 		default:
+		}
+		if err := w.failed.Load(); err != nil {
+			return *err
 		}
 		idle++
 		if idle <= w.cfg.IdleSpins {
@@ -278,6 +304,48 @@ func (w *Worker) Run(ctx context.Context) error {
 		} else {
 			time.Sleep(time.Duration(w.cfg.IdleWaitMs) * time.Millisecond)
 		}
+	}
+}
+
+// startChecks starts the goroutine that checks the worker's Checker
+// ports every CheckEvery and records the first failure in w.failed; it
+// returns the function that stops it.
+func (w *Worker) startChecks() (stop func()) {
+	var checkers []Checker
+	var names []string
+	for _, p := range w.cfg.Ports {
+		if c, ok := p.(Checker); ok {
+			checkers = append(checkers, c)
+			names = append(names, p.Name())
+		}
+	}
+	if len(checkers) == 0 {
+		return func() {}
+	}
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(w.cfg.CheckEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+			for i, c := range checkers {
+				if err := c.Check(); err != nil {
+					err = fmt.Errorf("port %s failed: %w", names[i], err)
+					w.failed.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
 	}
 }
 

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -310,4 +311,56 @@ func TestMemPortTooBig(t *testing.T) {
 	require.EqualValues(t, 1, st.RXTooBig)
 	require.Zero(t, st.Queued)
 	require.Len(t, m.Transmitted(), 2)
+}
+
+// failingPort is a MemPort whose Check fails once fail is set.
+type failingPort struct {
+	*engine.MemPort
+	mu   sync.Mutex
+	fail error
+}
+
+func (p *failingPort) Check() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fail
+}
+
+// A port that fails its Check stops its worker with the error, also a
+// worker with several inputs (which never waits on a port), and the
+// engine returns it.
+func TestWorkerStopsWhenAPortFails(t *testing.T) {
+	for _, inputs := range []int{1, 2} {
+		a, err := engine.NewMemPort(engine.MemPortConfig{Name: "a"})
+		require.NoError(t, err)
+		b, err := engine.NewMemPort(engine.MemPortConfig{Name: "b"})
+		require.NoError(t, err)
+		fp := &failingPort{MemPort: b}
+		ins := []engine.Input{{Port: 0, Pipeline: engine.NewPipeline()}}
+		if inputs == 2 {
+			ins = append(ins, engine.Input{Port: 1, Pipeline: engine.NewPipeline()})
+		}
+		w, err := engine.NewWorker(engine.WorkerConfig{Ports: []engine.Port{a, fp}, Inputs: ins, CheckEvery: time.Millisecond})
+		require.NoError(t, err)
+		eng, err := engine.New(w)
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() { done <- eng.Run(context.Background()) }()
+		select {
+		case err := <-done:
+			t.Fatalf("inputs %d: the engine stopped before the port failed: %v", inputs, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		cause := errors.New("interface deleted")
+		fp.mu.Lock()
+		fp.fail = cause
+		fp.mu.Unlock()
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, cause, "inputs %d", inputs)
+			require.ErrorContains(t, err, "port b failed", "inputs %d", inputs)
+		case <-time.After(10 * time.Second): // hang guard
+			t.Fatalf("inputs %d: the worker kept running on a failed port", inputs)
+		}
+	}
 }

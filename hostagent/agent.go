@@ -64,6 +64,12 @@ type Config struct {
 	IdleSpins int
 	// Logger receives the agent's logs (default slog.Default()).
 	Logger *slog.Logger
+	// OnForwarding, when set, is called once, when the first data path
+	// forwards: its sockets open and its programs attached. A process
+	// drops the privileges it no longer needs there (see
+	// internal/node.DropCapabilities; a rebuild still loads programs,
+	// opens sockets and attaches them); an error stops the agent.
+	OnForwarding func() error
 }
 
 // ErrNoTunnelSources is returned (wrapped) by the agent for a document
@@ -340,6 +346,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	var kept *handover // programs and sockets a rebuild hands over
+	onFwd := a.cfg.OnForwarding
 	for {
 		dp, err := a.start(ifi, resolver, kept)
 		if err != nil {
@@ -351,13 +358,27 @@ func (a *Agent) Run(ctx context.Context) error {
 
 		var runErr error
 		rebuild := false
-		select {
-		case <-ctx.Done():
-		case runErr = <-engDone:
-			a.log.Error("hostagent: data path stopped", "err", runErr)
-			engDone <- runErr
-		case <-a.rebuild:
-			rebuild = true
+		if onFwd != nil {
+			runErr = onFwd()
+			onFwd = nil
+			if runErr != nil {
+				runErr = fmt.Errorf("hostagent: %w", runErr)
+				a.log.Error("hostagent: stopping", "err", runErr)
+			}
+		}
+		if runErr == nil {
+			select {
+			case <-ctx.Done():
+			case runErr = <-engDone:
+				// A port's socket or interface failed (engine.Checker):
+				// the agent stops with the error (xdplb_datapath_up 0)
+				// for a supervisor to restart it on the interfaces as
+				// they are now.
+				a.log.Error("hostagent: data path failed", "err", runErr)
+				engDone <- runErr
+			case <-a.rebuild:
+				rebuild = true
+			}
 		}
 		stopEngine()
 		if err := <-engDone; err != nil && runErr == nil {

@@ -75,6 +75,19 @@
 // asserts that the client retransmits nothing). The NAT table survives
 // rebuilds, so established connections keep their translation.
 //
+// # Failures
+//
+// Every worker checks its AF_XDP sockets every engine.DefaultCheckEvery
+// (engine.Checker, afxdp.Port.Check): when an interface is deleted under
+// the agent (a VM port or the uplink), its sockets fail, the worker stops
+// with the error, Run logs it ("data path failed"), closes the rest
+// (xdplb_datapath_up goes to 0) and returns it; examples/hostagent then
+// exits with status 1 for its supervisor to restart it on the interfaces
+// as they are. It does not re-attach by itself: a deleted interface's
+// socket cannot be rebound, and a recreated one has a new index.
+// Config.OnForwarding runs once the first data path forwards; the binary
+// drops its capabilities there (internal/node.HostAgentCaps).
+//
 // # Limits
 //
 //   - A VM port is one interface per VM (the document enforces it), in

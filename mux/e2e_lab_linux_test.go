@@ -100,6 +100,7 @@ func e2eBIRDConfig() fleetlab.BIRDConfig {
 // e2eLab is the running topology.
 type e2eLab struct {
 	t      *testing.T
+	lab    *netlab.Lab
 	dir    string
 	client *netlab.NS
 	router *netlab.NS
@@ -114,9 +115,15 @@ type e2eLab struct {
 // cleanup, also when the test fails.
 func newE2ELab(t *testing.T) *e2eLab {
 	t.Helper()
+	return newE2ELabWith(t, e2eBIRDConfig())
+}
+
+// newE2ELabWith is newE2ELab with the router's BIRD configured by bird.
+func newE2ELabWith(t *testing.T, bird fleetlab.BIRDConfig) *e2eLab {
+	t.Helper()
 	lab := netlab.New(t, "muxe2e")
 	fleetlabtest.RequireBIRD(t, "the Mux end-to-end test")
-	l := &e2eLab{t: t, dir: t.TempDir()}
+	l := &e2eLab{t: t, lab: lab, dir: t.TempDir()}
 	star, err := fleetlab.NewStar(lab)
 	require.NoError(t, err)
 	l.router = star.Router
@@ -136,7 +143,7 @@ func newE2ELab(t *testing.T) *e2eLab {
 	}
 	require.NoError(t, l.router.AddRoute("198.18.4.0/24", e2eHost))
 
-	l.bird = fleetlabtest.StartBIRD(t, l.router, e2eBIRDConfig())
+	l.bird = fleetlabtest.StartBIRD(t, l.router, bird)
 	l.bin = filepath.Join(fleetlabtest.Build(t, fleetlab.MuxPackage), "mux")
 	return l
 }

@@ -29,6 +29,7 @@ var (
 	descProbes    = prometheus.NewDesc("xdplb_probes_total", "Health probes sent, and failed.", []string{"vip_backend", "result"}, nil)
 	descProbeUp   = prometheus.NewDesc("xdplb_probe_state", "Health state per target (0 unknown, 1 up, 2 down).", []string{"vip_backend"}, nil)
 	descAnnounced = prometheus.NewDesc("xdplb_vips_announced", "VIP prefixes the Mux asks BGP to announce.", nil, nil)
+	descUp        = prometheus.NewDesc("xdplb_datapath_up", "1 while the data path forwards; 0 before it starts and once it has failed or stopped (the VIPs are then withdrawn).", nil, nil)
 
 	// Traffic per VIP and per backend, from the workers' Account stages.
 	descVIPPackets  = prometheus.NewDesc("xdplb_vip_packets_total", "Packets forwarded to a VIP's backends, those removed by a reload included.", []string{"vip"}, nil)
@@ -42,7 +43,7 @@ var (
 func (c muxCollector) Describe(ch chan<- *prometheus.Desc) {
 	nodemetrics.Describe(ch)
 	for _, d := range []*prometheus.Desc{descConns, descConnCap, descConnEv, descSkew, descBackends, descProbes,
-		descProbeUp, descAnnounced, descVIPPackets, descVIPBytes, descVIPFlows, descBackPackets, descBackBytes, descBackFlows} {
+		descProbeUp, descAnnounced, descUp, descVIPPackets, descVIPBytes, descVIPFlows, descBackPackets, descBackBytes, descBackFlows} {
 		ch <- d
 	}
 }
@@ -57,6 +58,11 @@ func (c muxCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	nodemetrics.Engine(ch, m.Stats())
+	up := 0.0
+	if m.Forwarding() {
+		up = 1
+	}
+	gauge(descUp, up)
 	nodemetrics.PartialChecksums(ch, m.cfg.Interface, m.partial)
 
 	cs := m.conns.Stats()

@@ -14,6 +14,22 @@
 // engine.PartialChecksums)
 // and announces the VIPs that can be served over BGP (bgp).
 //
+// # Failures and privileges
+//
+// Every worker checks its AF_XDP socket every engine.DefaultCheckEvery
+// (afxdp.Port.Check). When one fails — its interface was deleted or moved
+// — the worker stops with the error and Run withdraws every VIP at once
+// (bgp.Announcer.Drain, no grace period: nothing forwards any more), sets
+// xdplb_datapath_up to 0, logs "data path failed", closes the sessions
+// and returns the error; examples/mux exits with status 1 so that its
+// supervisor restarts it on the interface as it is then (a deleted
+// interface's socket cannot be rebound, and a recreated interface has a
+// new index). Config.OnForwarding runs once the data path forwards; the
+// binary drops its capabilities there (internal/node.MuxCaps).
+//
+// A reload whose BGP settings need a restart of the speaker is refused
+// whole (see apply), so the running version is the one reported.
+//
 // Controller is the part that needs no privileges (documents and health
 // verdicts in, rules, steering rules and announcements out); Mux is the
 // whole node, as examples/mux runs it.
@@ -28,6 +44,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xdplb/xdplb/balance"
@@ -74,6 +91,11 @@ type Config struct {
 	IdleSpins int
 	// Logger receives the Mux's logs (default slog.Default()).
 	Logger *slog.Logger
+	// OnForwarding, when set, is called once the data path forwards:
+	// every socket is open and the steering program attached. A process
+	// drops the privileges it no longer needs there (see
+	// internal/node.DropCapabilities); an error stops the Mux.
+	OnForwarding func() error
 }
 
 // Mux is a running Mux node.
@@ -103,6 +125,9 @@ type Mux struct {
 	// and Mux prefixes from apply.
 	sources   *guard.Sources
 	nodeAddrs []netip.Addr
+	// forwarding is true from the moment the data path runs until it
+	// fails or stops (xdplb_datapath_up).
+	forwarding atomic.Bool
 }
 
 // New checks cfg and prepares a Mux; Run starts it.
@@ -223,17 +248,37 @@ func (m *Mux) Run(ctx context.Context) error {
 	engCtx, stopEngine := context.WithCancel(context.Background())
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(engCtx) }()
+	m.forwarding.Store(true)
 	m.log.Info("mux: forwarding", "interface", ifi.Name, "queues", len(eng.Workers()),
 		"source_v4", m.cfg.SourceV4, "source_v6", m.cfg.SourceV6, "mtu", m.cfg.MTU)
 
 	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-engDone:
-		// The data path is down: stop attracting traffic at once.
-		m.log.Error("mux: data path stopped", "err", runErr)
-		engDone <- runErr
+	if m.cfg.OnForwarding != nil {
+		if err := m.cfg.OnForwarding(); err != nil {
+			runErr = fmt.Errorf("mux: %w", err)
+			m.log.Error("mux: stopping", "err", runErr)
+		}
 	}
+	if runErr == nil {
+		select {
+		case <-ctx.Done():
+		case err := <-engDone:
+			// The data path is dead (a port's socket or interface failed,
+			// see engine.Checker): stop attracting traffic at once —
+			// withdraw every VIP without the grace period, since nothing
+			// would forward during it — and return the error, so that a
+			// supervisor restarts the Mux on the interface as it is now.
+			runErr = err
+			if runErr == nil {
+				runErr = errors.New("mux: the data path stopped")
+			}
+			m.forwarding.Store(false)
+			m.log.Error("mux: data path failed: withdrawing every VIP", "err", runErr)
+			m.withdrawAll()
+			engDone <- err
+		}
+	}
+	m.forwarding.Store(false)
 	m.shutdownBGP()
 	stopEngine()
 	if err := <-engDone; err != nil && runErr == nil {
@@ -247,10 +292,28 @@ func (m *Mux) Run(ctx context.Context) error {
 // apply is the watcher's callback: the controller applies the document;
 // the BGP speaker is started on the first document that has one, and
 // reconfigured on later ones.
+//
+// A document whose BGP speaker differs from the running one in what
+// needs a restart of the speaker (asn, router_id, listen_port,
+// listen_addresses, or no bgp section any more) is refused before
+// anything of it is applied: the running version stays, and the watcher
+// counts the refusal (xdplb_config_rejected_total) instead of reporting
+// the new version as applied. Restarting the Mux applies it.
 func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
 	set, err := guard.NewPrefixes(m.nodeAddrs, filterPrefixes(doc))
 	if err != nil {
 		return err
+	}
+	m.mu.Lock()
+	running := m.announcer
+	m.mu.Unlock()
+	if running != nil {
+		if doc.BGP == nil {
+			return fmt.Errorf("mux: the document has no bgp section, but the BGP speaker runs: %w (restart the Mux to apply it)", bgp.ErrRestartRequired)
+		}
+		if err := running.CheckReconfigure(bgpConfig(doc.BGP, m.log)); err != nil {
+			return fmt.Errorf("mux: %w (restart the Mux to apply it)", err)
+		}
 	}
 	if err := m.ctl.Apply(doc); err != nil {
 		return err
@@ -265,7 +328,7 @@ func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
 	cfg := bgpConfig(doc.BGP, m.log)
 	if m.announcer != nil {
 		if err := m.announcer.Reconfigure(cfg); err != nil {
-			m.log.Error("mux: BGP reconfiguration needs a restart", "err", err)
+			m.log.Error("mux: BGP reconfiguration", "err", err)
 		}
 		return nil
 	}
@@ -319,13 +382,34 @@ func (m *Mux) prefetch(ctx context.Context, doc *control.Document) {
 const prefetchTimeout = 10 * time.Second
 
 func bgpConfig(b *control.BGP, log *slog.Logger) bgp.Config {
-	cfg := bgp.Config{ASN: b.ASN, RouterID: b.RouterID, ListenPort: b.ListenPort,
+	cfg := bgp.Config{ASN: b.ASN, RouterID: b.RouterID, ListenPort: b.ListenPort, ListenAddresses: b.ListenAddresses,
 		HoldTime: b.HoldTime, WithdrawGrace: b.WithdrawGrace, NextHop: b.NextHop, NextHop6: b.NextHop6, Logger: log}
 	for _, p := range b.Peers {
-		cfg.Peers = append(cfg.Peers, bgp.Peer{Address: p.Address, ASN: p.ASN, Port: p.Port, Passive: p.Passive})
+		cfg.Peers = append(cfg.Peers, bgp.Peer{Address: p.Address, ASN: p.ASN, Port: p.Port, Passive: p.Passive,
+			Password: p.Password, TTLSecurity: p.TTLSecurity})
 	}
 	return cfg
 }
+
+// withdrawAll withdraws every VIP at once and keeps the sessions up
+// (bgp.Announcer.Drain), so that the routers reroute without waiting for a
+// hold timer; the Shutdown that follows skips the grace period.
+func (m *Mux) withdrawAll() {
+	m.mu.Lock()
+	a := m.announcer
+	m.mu.Unlock()
+	if a == nil {
+		return
+	}
+	if err := a.Drain(); err != nil {
+		m.log.Error("mux: withdraw", "err", err)
+		return
+	}
+	m.log.Info("mux: every VIP withdrawn")
+}
+
+// Forwarding reports whether the data path runs (xdplb_datapath_up).
+func (m *Mux) Forwarding() bool { return m.forwarding.Load() }
 
 // shutdownBGP withdraws every VIP and waits the grace period while the
 // data path still forwards, then closes the sessions.

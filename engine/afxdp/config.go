@@ -172,6 +172,10 @@ var (
 	ErrInvalidConfig = errors.New("afxdp: invalid config")
 	// ErrClosed is returned by Stats and Wait on a closed port.
 	ErrClosed = errors.New("afxdp: port closed")
+	// ErrPortDown is wrapped by the errors of Check and Wait once the
+	// socket has failed (its interface was deleted): the port will never
+	// receive or send again.
+	ErrPortDown = errors.New("afxdp: port down")
 )
 
 // WithDefaults returns c with every zero field set to its default.

@@ -74,6 +74,18 @@
 // enough for a 1500-byte MTU; larger MTUs need 4096-byte chunks (multi-
 // buffer frames are not supported).
 //
+// # Failure
+//
+// When the interface is unregistered (deleted, moved to another
+// namespace) the kernel unbinds the socket for good and flags ENETDOWN on
+// it; poll(2) reports nothing. Check reads the flag (SO_ERROR) and
+// returns an error wrapping ErrPortDown from then on; engine.Worker calls
+// it every WorkerConfig.CheckEvery from a goroutine beside the worker
+// (the port is an engine.Checker) and stops with the error. Wait also
+// returns an error on POLLERR, POLLHUP or POLLNVAL. An interface that is
+// only down is not a failure. A failed port is not re-bound: an
+// interface that comes back has a new index; open a new port.
+//
 // # Statistics
 //
 // Stats may be called from any goroutine: frame, byte, copy, refusal and

@@ -64,12 +64,14 @@ type Port struct {
 	c   [nCounters]uint64        // worker-local counts
 	pub [nCounters]atomic.Uint64 // published by Flush
 
-	mu     sync.RWMutex // orders Close against Stats
+	mu     sync.RWMutex // orders Close against Stats and Check
 	closed bool
+	down   atomic.Pointer[error] // the first failure Check saw
 }
 
 var _ engine.Port = (*Port)(nil)
 var _ engine.Waiter = (*Port)(nil)
+var _ engine.Checker = (*Port)(nil)
 
 // Open creates the socket described by cfg and fills its fill ring. The
 // interface is resolved and the socket bound in the network namespace of
@@ -450,9 +452,52 @@ func (p *Port) Wait(timeoutMs int) error {
 	p.pfd[0] = unix.PollFd{Fd: int32(p.fd), Events: unix.POLLIN}
 	_, err := unix.Poll(p.pfd[:], timeoutMs)
 	if err != nil && err != unix.EINTR {
-		return fmt.Errorf("afxdp: poll: %w", err)
+		return fmt.Errorf("afxdp: %s: poll: %w", p.cfg.Name, err)
+	}
+	if re := p.pfd[0].Revents; re&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0 {
+		if err := p.Check(); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %s: poll reports %#x (error, hang-up or invalid descriptor)", ErrPortDown, p.cfg.Name, re)
 	}
 	return nil
+}
+
+// Check reports whether the socket still works: it returns an error
+// wrapping ErrPortDown once the kernel has flagged an error on the socket
+// (SO_ERROR) — which it does when the interface is unregistered (deleted,
+// moved to another namespace, its driver unloaded): the socket is then
+// unbound, and receives and sends nothing ever again, even when an
+// interface of the same name comes back. The first failure is kept and
+// returned by every later call. An interface that is merely down is not a
+// failure. Check is a getsockopt, safe from any goroutine, meant to be
+// called periodically off the packet path (engine.Worker does it for
+// every port that has a Check method); a closed port returns ErrClosed.
+func (p *Port) Check() error {
+	if err := p.down.Load(); err != nil {
+		return *err
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrClosed
+	}
+	if err := p.down.Load(); err != nil {
+		return *err
+	}
+	code, err := unix.GetsockoptInt(p.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+	var down error
+	switch {
+	case err != nil:
+		down = fmt.Errorf("%w: %s: getsockopt(SO_ERROR): %w", ErrPortDown, p.cfg.Name, err)
+	case code != 0:
+		down = fmt.Errorf("%w: %s (interface index %d): socket error: %w (the interface was deleted or moved)",
+			ErrPortDown, p.cfg.Name, p.ifindex, unix.Errno(code))
+	default:
+		return nil
+	}
+	p.down.CompareAndSwap(nil, &down)
+	return *p.down.Load()
 }
 
 // Frames says where the port's chunks are. Call it from the polling

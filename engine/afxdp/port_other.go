@@ -55,6 +55,9 @@ func (p *Port) Flush() error { return ErrNotSupported }
 // Wait implements engine.Waiter.
 func (p *Port) Wait(timeoutMs int) error { return ErrNotSupported }
 
+// Check reports whether the socket still works; see the Linux version.
+func (p *Port) Check() error { return ErrNotSupported }
+
 // Frames returns zero counts.
 func (p *Port) Frames() Frames { return Frames{} }
 

@@ -10,8 +10,14 @@
 // their ports, infrastructure prefixes, the Muxes' prefixes VXLAN is
 // accepted from) is in the document, the same one
 // the Muxes read, which is watched for changes and re-read on SIGHUP.
-// SIGINT/SIGTERM stop the data path, detach the XDP programs and exit. Run
-// it as root.
+// SIGINT/SIGTERM stop the data path, detach the XDP programs and exit.
+//
+// Start it as root; once the first data path forwards it keeps only
+// CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF, CAP_PERFMON and CAP_IPC_LOCK (what
+// a rebuild needs), on every thread (-keep-caps keeps them all). Build it
+// with CGO_ENABLED=0: a cgo binary cannot drop them and says so. If a
+// socket or its interface fails (a VM port or the uplink is deleted), it
+// logs it and exits with status 1 for its supervisor to restart it.
 package main
 
 import (
@@ -40,6 +46,7 @@ func main() {
 		workers  = flag.Int("workers", 0, "workers (0: the fewest queues of the uplink and the VM ports)")
 		metrics  = flag.String("metrics", "", "address for the Prometheus /metrics endpoint, e.g. :9101 (empty: none)")
 		logLevel = flag.String("log-level", "info", "debug, info, warn or error")
+		keepCaps = flag.Bool("keep-caps", false, "keep every capability instead of dropping all but CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF, CAP_PERFMON and CAP_IPC_LOCK once the data path runs")
 		xdpMode  steer.AttachMode
 		ring     afxdp.Ring
 		conns    = flag.Int("conns", hostagent.DefaultNATCapacity, "NAT table capacity (IPv4 connections)")
@@ -94,6 +101,7 @@ func main() {
 	}
 	cfg := hostagent.Config{Uplink: *uplink, Host: *host, ConfigPath: *config, Workers: *workers,
 		Infra: extra, Logger: log, IdleSpins: *spins}
+	cfg.OnForwarding = node.DropAfterSetup(log, "hostagent", *keepCaps, node.HostAgentCaps)
 	cfg.NAT.Capacity = *conns
 	cfg.TunnelSources = tunnelSources
 	cfg.XDPMode, cfg.Port.Ring = xdpMode, ring

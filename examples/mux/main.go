@@ -8,7 +8,24 @@
 // Process settings are flags; everything else (VIPs, backends, probes,
 // BGP) is in the document, which is watched for changes and re-read on
 // SIGHUP. SIGINT/SIGTERM withdraw the VIPs, keep forwarding for the
-// document's bgp.withdraw_grace, then stop. Run it as root.
+// document's bgp.withdraw_grace, then stop.
+//
+// Start it as root (or with CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF,
+// CAP_IPC_LOCK and CAP_NET_BIND_SERVICE); once the sockets are open and
+// the steering program attached it keeps only CAP_NET_ADMIN, CAP_NET_RAW
+// and CAP_BPF, on every thread (-keep-caps keeps them all). Build it
+// with CGO_ENABLED=0: a cgo binary cannot drop them and says so.
+//
+// If a data-path socket or its interface fails (the interface is
+// deleted), the Mux withdraws every VIP at once and exits with status 1;
+// its supervisor restarts it on the interface as it is then.
+
+// BGP listeners must be plain TCP: on the multipath TCP sockets Go
+// listens with by default the kernel refuses TCP-MD5 keys and IP_TTL
+// (GTSM), so bgp.peers[].password and ttl_security would silently not
+// apply to incoming sessions.
+//
+//go:debug multipathtcp=0
 package main
 
 import (
@@ -35,6 +52,7 @@ func main() {
 		queues    = flag.Int("queues", 0, "RX queues to serve (0: all)")
 		metrics   = flag.String("metrics", "", "address for the Prometheus /metrics endpoint, e.g. :9100 (empty: none)")
 		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
+		keepCaps  = flag.Bool("keep-caps", false, "keep every capability instead of dropping all but CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF once the data path runs")
 		xdpMode   steer.AttachMode
 		ring      afxdp.Ring
 		conns     = flag.Int("conns", 1<<20, "connection table capacity (flows)")
@@ -81,6 +99,7 @@ func main() {
 		return
 	}
 	cfg := mux.Config{Interface: *iface, ConfigPath: *config, Queues: *queues, Logger: log, IdleSpins: *spins}
+	cfg.OnForwarding = node.DropAfterSetup(log, "mux", *keepCaps, node.MuxCaps)
 	cfg.Conns.Capacity = *conns
 	cfg.XDPMode, cfg.Port.Ring = xdpMode, ring
 	if *probeFrom != "" {

@@ -12,6 +12,10 @@ type BIRDPeer struct {
 	Name string     // the BIRD protocol's name, as birdc shows it
 	Addr netip.Addr // the Mux's address on its link to the router
 	ASN  uint32
+	// Password, when set, signs the session with TCP-MD5.
+	Password string
+	// TTLSecurity turns on GTSM for a directly connected peer.
+	TTLSecurity bool
 }
 
 // BIRDConfig describes the router's BIRD 2 configuration: eBGP sessions
@@ -63,7 +67,14 @@ protocol kernel kernel4 {
 	}
 	b.WriteString("}\n")
 	for _, p := range c.Peers {
-		fmt.Fprintf(&b, "protocol bgp %s from mux { neighbor %s as %d; }\n", p.Name, p.Addr, p.ASN)
+		var extra string
+		if p.Password != "" {
+			extra += fmt.Sprintf(" password %q;", p.Password)
+		}
+		if p.TTLSecurity {
+			extra += " ttl security on;"
+		}
+		fmt.Fprintf(&b, "protocol bgp %s from mux { neighbor %s as %d;%s }\n", p.Name, p.Addr, p.ASN, extra)
 	}
 	return b.String()
 }

@@ -85,6 +85,10 @@ func (p *Proc) Output() string {
 	return p.out.String()
 }
 
+// PID returns the process's id (ip netns exec runs the program in its
+// own process).
+func (p *Proc) PID() int { return p.cmd.Process.Pid }
+
 // Done is closed when the process has exited.
 func (p *Proc) Done() <-chan struct{} { return p.done }
 

@@ -1,0 +1,7 @@
+//go:build linux
+
+package node
+
+import "unsafe"
+
+func unsafePointer[T any](p *T) unsafe.Pointer { return unsafe.Pointer(p) }
