@@ -172,20 +172,14 @@ func (a *Announcer) Start(ctx context.Context) error {
 // replaced. Changing ASN, RouterID, ListenPort or ListenAddresses returns
 // an error wrapping ErrRestartRequired and changes nothing.
 func (a *Announcer) Reconfigure(cfg Config) error {
-	if err := cfg.Validate(); err != nil {
+	cfg, err := prepare(cfg)
+	if err != nil {
 		return err
 	}
-	if err := checkListener(cfg); err != nil {
-		return err
-	}
-	cfg = cfg.withDefaults()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.phase >= phaseStopping {
-		return ErrClosed
-	}
-	if ok, field := a.cfg.sameSpeaker(cfg); !ok {
-		return fmt.Errorf("%w: %s changed", ErrRestartRequired, field)
+	if err := a.checkLocked(cfg); err != nil {
+		return err
 	}
 	cfg.Logger = a.cfg.Logger
 	old := a.cfg
@@ -213,15 +207,30 @@ func (a *Announcer) Reconfigure(cfg Config) error {
 // naming the field that changed, or ErrClosed. It changes nothing, so a
 // caller can refuse a whole new configuration before applying any of it.
 func (a *Announcer) CheckReconfigure(cfg Config) error {
-	if err := cfg.Validate(); err != nil {
+	cfg, err := prepare(cfg)
+	if err != nil {
 		return err
 	}
-	if err := checkListener(cfg); err != nil {
-		return err
-	}
-	cfg = cfg.withDefaults()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.checkLocked(cfg)
+}
+
+// prepare validates a new configuration, checks its listener and fills in
+// its defaults.
+func prepare(cfg Config) (Config, error) {
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	if err := checkListener(cfg); err != nil {
+		return cfg, err
+	}
+	return cfg.withDefaults(), nil
+}
+
+// checkLocked reports whether the running speaker can take cfg (defaults
+// filled in) without a restart. a.mu is held.
+func (a *Announcer) checkLocked(cfg Config) error {
 	if a.phase >= phaseStopping {
 		return ErrClosed
 	}
