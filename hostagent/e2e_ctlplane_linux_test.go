@@ -1,11 +1,8 @@
 package hostagent_test
 
 import (
-	"fmt"
 	"net/netip"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/xdplb/xdplb/internal/node"
+	"github.com/xdplb/xdplb/internal/fleetlab/fleetlabtest"
 )
 
 // TestHostAgentControlPlane (issue 10, items 6 and 7): once forwarding,
@@ -36,22 +33,8 @@ func TestHostAgentControlPlane(t *testing.T) {
 	})
 
 	want := uint64(1)<<unix.CAP_NET_ADMIN | 1<<unix.CAP_NET_RAW | 1<<unix.CAP_BPF | 1<<unix.CAP_PERFMON | 1<<unix.CAP_IPC_LOCK
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", agent.PID()))
-	require.NoError(t, err)
-	require.Greater(t, len(tasks), 1)
-	for _, task := range tasks {
-		b, err := os.ReadFile(task)
-		if os.IsNotExist(err) {
-			continue
-		}
-		require.NoError(t, err)
-		c, err := node.ParseCaps(b)
-		require.NoError(t, err)
-		for _, k := range []string{"CapPrm", "CapEff", "CapBnd"} {
-			require.Equal(t, want, c[k], "%s %s", task, k)
-		}
-	}
-	t.Logf("%d threads, each with CapPrm = CapEff = CapBnd = %016x", len(tasks), want)
+	n := fleetlabtest.RequireThreadCaps(t, agent.PID(), want)
+	t.Logf("%d threads, each with CapPrm = CapEff = CapBnd = %016x", n, want)
 
 	link, err := l.host.Netlink().LinkByName(haVMs[0].Port)
 	require.NoError(t, err)

@@ -108,21 +108,8 @@ func TestMuxControlPlane(t *testing.T) {
 		}
 		require.Zero(t, caps["CapInh"])
 		require.Zero(t, caps["CapAmb"])
-		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", p.PID()))
-		require.NoError(t, err)
-		require.Greater(t, len(tasks), 1, "a Go process has several threads")
-		for _, task := range tasks {
-			b, err := os.ReadFile(task)
-			if os.IsNotExist(err) {
-				continue
-			}
-			require.NoError(t, err)
-			c, err := node.ParseCaps(b)
-			require.NoError(t, err)
-			require.Equal(t, want, c["CapEff"], task)
-			require.Equal(t, want, c["CapPrm"], task)
-		}
-		t.Logf("%d threads, each with CapEff = CapPrm = %016x", len(tasks), want)
+		n := fleetlabtest.RequireThreadCaps(t, p.PID(), want)
+		t.Logf("%d threads, each with CapPrm = CapEff = CapBnd = %016x", n, want)
 	})
 
 	t.Run("4_InterfaceDeletedWithdrawsVIP", func(t *testing.T) {
