@@ -98,14 +98,20 @@ func ChecksumCombine(a, b uint16) uint16 {
 // that is not a jumbogram. Pass the result as the pseudo argument of
 // UDP.CalculateChecksum, TCP.CalculateChecksum or ICMPv6.CalculateChecksum.
 func PseudoHeaderChecksum(proto uint8, src, dst []byte, length uint16) uint16 {
-	s := uint32(proto) + uint32(length)
+	s := uint64(proto) + uint64(length)
+	if len(src) == 4 && len(dst) == 4 {
+		// IPv4, the common case: two 32-bit loads, whose halves the
+		// fold adds.
+		s += uint64(binary.BigEndian.Uint32(src)) + uint64(binary.BigEndian.Uint32(dst))
+		return fold64(s)
+	}
 	for i := 0; i+1 < len(src); i += 2 {
-		s += uint32(src[i])<<8 | uint32(src[i+1])
+		s += uint64(src[i])<<8 | uint64(src[i+1])
 	}
 	for i := 0; i+1 < len(dst); i += 2 {
-		s += uint32(dst[i])<<8 | uint32(dst[i+1])
+		s += uint64(dst[i])<<8 | uint64(dst[i+1])
 	}
-	return fold32(s)
+	return fold64(s)
 }
 
 // ChecksumUpdate16 returns the checksum field that results when one aligned
