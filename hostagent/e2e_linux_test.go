@@ -318,6 +318,7 @@ func nonZero(m map[string]float64, prefix string) map[string]float64 {
 type haLab struct {
 	t      *testing.T
 	dir    string
+	lab    *netlab.Lab
 	client *netlab.NS
 	router *netlab.NS
 	mux    *netlab.NS
@@ -330,7 +331,7 @@ type haLab struct {
 func newHALab(t *testing.T) *haLab {
 	t.Helper()
 	lab := netlab.New(t, "hae2e")
-	l := &haLab{t: t, dir: t.TempDir()}
+	l := &haLab{t: t, dir: t.TempDir(), lab: lab}
 	star, err := fleetlab.NewStar(lab)
 	require.NoError(t, err)
 	l.router = star.Router
