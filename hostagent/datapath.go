@@ -56,11 +56,10 @@ type iface struct {
 	attached bool          // prog is attached to the interface
 	sockets  []*afxdp.Port // by queue
 	// shared: prog and sockets belong to the running data path this one
-	// was built beside (see open); prev is that data path's steering
-	// configuration of the interface, restored if this build is dropped.
+	// was built beside (see open); prev is the rules prog held then,
+	// restored if this build is dropped.
 	shared bool
 	prev   steer.Config
-	cfg    steer.Config // this data path's steering configuration
 }
 
 // open builds the data path for plan and attaches its programs. On error
@@ -97,7 +96,7 @@ func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *
 		if err != nil {
 			return nil, fmt.Errorf("hostagent: queues of %s: %w", name, err)
 		}
-		f := &iface{name: name, index: ifi.Index, queues: q, cfg: cfg}
+		f := &iface{name: name, index: ifi.Index, queues: q}
 		if old := run.iface(name); old != nil {
 			// A socket is bound to one queue of one interface, and a
 			// queue takes one socket: a second set cannot be opened
@@ -106,7 +105,7 @@ func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *
 				return nil, fmt.Errorf("hostagent: %s changed under the running data path (ifindex %d → %d, queues %d → %d); "+
 					"restart the agent to serve it as it is now", name, old.index, ifi.Index, old.queues, q)
 			}
-			f.prog, f.attached, f.sockets, f.shared, f.prev = old.prog, true, old.sockets, true, old.cfg
+			f.prog, f.attached, f.sockets, f.shared, f.prev = old.prog, true, old.sockets, true, old.prog.Config()
 			// Live, as a document that keeps the structure does
 			// (dataPath.steer): on error the previous rules come back
 			// (discard).
