@@ -577,6 +577,8 @@ func (l *fleetLab) muxRX1(i int) float64 {
 type exchanges struct {
 	counts []atomic.Int64
 	slow   atomic.Int64 // the slowest exchange since the start or resetSlow, in nanoseconds
+	slowMu sync.Mutex
+	slowOf string // which exchange that was, and when it began
 	failed atomic.Bool
 	mu     sync.Mutex
 	errs   []error
@@ -608,8 +610,11 @@ func (l *fleetLab) requireNoRetrans(before uint64, ex *exchanges, what string) {
 func (l *fleetLab) logRetrans(before uint64, ex *exchanges, what string) uint64 {
 	l.t.Helper()
 	n := l.clientRetrans() - before
-	l.t.Logf("%s: the client retransmitted %d TCP segments; the slowest exchange took %v",
-		what, n, time.Duration(ex.slow.Load()).Round(time.Millisecond))
+	ex.slowMu.Lock()
+	slow, of := time.Duration(ex.slow.Load()), ex.slowOf
+	ex.slowMu.Unlock()
+	l.t.Logf("%s: the client retransmitted %d TCP segments; the slowest exchange took %v (%s)",
+		what, n, slow.Round(time.Millisecond), of)
 	return n
 }
 
@@ -627,10 +632,13 @@ func startExchanges(conns []*flConn, dips []string, pace time.Duration) *exchang
 				}
 				began := time.Now()
 				got, err := c.get(fmt.Sprintf("x%d-%d", i, n), false, 10*time.Second)
-				for d := int64(time.Since(began)); ; {
-					if old := e.slow.Load(); d <= old || e.slow.CompareAndSwap(old, d) {
-						break
+				if d := int64(time.Since(began)); d > e.slow.Load() {
+					e.slowMu.Lock()
+					if d > e.slow.Load() {
+						e.slow.Store(d)
+						e.slowOf = fmt.Sprintf("port %d (on %s), begun %s", c.port, dips[i], began.UTC().Format("15:04:05.000"))
 					}
+					e.slowMu.Unlock()
 				}
 				if err == nil && got != dips[i] {
 					err = fmt.Errorf("answered by %s, was %s", got, dips[i])
@@ -672,7 +680,12 @@ func (e *exchanges) waitRounds(t *testing.T, n int64) {
 }
 
 // resetSlow forgets the slowest exchange: a step measures its own.
-func (e *exchanges) resetSlow() { e.slow.Store(0) }
+func (e *exchanges) resetSlow() {
+	e.slowMu.Lock()
+	e.slow.Store(0)
+	e.slowOf = ""
+	e.slowMu.Unlock()
+}
 
 func (e *exchanges) total() int64 {
 	var s int64
