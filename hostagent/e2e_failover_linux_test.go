@@ -589,33 +589,13 @@ type exchanges struct {
 
 // clientRetrans returns the TCP segments the client has retransmitted
 // (Tcp.RetransSegs of its namespace).
-func (l *fleetLab) clientRetrans() uint64 {
-	l.t.Helper()
-	m, err := fleetlab.SNMP(l.client)
-	require.NoError(l.t, err)
-	return m["Tcp.RetransSegs"]
-}
+func (l *fleetLab) clientRetrans() uint64 { return nsRetrans(l.t, l.client) }
 
-// requireNoRetrans fails the test when the client retransmitted a TCP
-// segment since it had retransmitted before: a packet of its connections
-// was lost while the step (what) ran under the exchanges ex.
-func (l *fleetLab) requireNoRetrans(before uint64, ex *exchanges, what string) {
+// requireNoDisruption: see requireUndisturbed; the client's
+// retransmissions are counted since before.
+func (l *fleetLab) requireNoDisruption(before uint64, ex *exchanges, what string) {
 	l.t.Helper()
-	n := l.logRetrans(before, ex, what)
-	require.Zero(l.t, n, "the client retransmitted TCP segments %s: packets were lost", what)
-}
-
-// logRetrans logs the client's retransmissions since before and the
-// slowest exchange of ex, and returns the retransmissions.
-func (l *fleetLab) logRetrans(before uint64, ex *exchanges, what string) uint64 {
-	l.t.Helper()
-	n := l.clientRetrans() - before
-	ex.slowMu.Lock()
-	slow, of := time.Duration(ex.slow.Load()), ex.slowOf
-	ex.slowMu.Unlock()
-	l.t.Logf("%s: the client retransmitted %d TCP segments; the slowest exchange took %v (%s)",
-		what, n, slow.Round(time.Millisecond), of)
-	return n
+	requireUndisturbed(l.t, l.clientRetrans()-before, ex, what)
 }
 
 func startExchanges(conns []*flConn, dips []string, pace time.Duration) *exchanges {

@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 
+	"github.com/xdplb/xdplb/internal/fleetlab"
 	"github.com/xdplb/xdplb/internal/netlab"
 )
 
@@ -149,18 +150,31 @@ func attachForeignXDP(t *testing.T, n *netlab.NS, ifname string) (detach func())
 	return detach
 }
 
-// requireNoDisruption fails the test when the step (what), run under the
-// exchanges ex, disrupted the connections: the client retransmitted a TCP
-// segment since before (a packet was lost: TCP recovered it, but only
-// after a retransmission timeout or three duplicate ACKs), or an exchange
-// since ex.resetSlow took as long as the minimum retransmission timeout
-// (Linux's TCP_RTO_MIN, 200 ms) — a stall that the connections rode out
-// would show there even if nothing was retransmitted.
-func (l *fleetLab) requireNoDisruption(before uint64, ex *exchanges, what string) {
-	l.t.Helper()
-	l.requireNoRetrans(before, ex, what)
-	slow := time.Duration(ex.slow.Load())
-	require.Less(l.t, slow, minRTO, "an exchange %s took %v, as long as a retransmission timeout or more", what, slow)
+// nsRetrans returns the TCP segments retransmitted in namespace n
+// (Tcp.RetransSegs).
+func nsRetrans(t *testing.T, n *netlab.NS) uint64 {
+	t.Helper()
+	m, err := fleetlab.SNMP(n)
+	require.NoError(t, err)
+	return m["Tcp.RetransSegs"]
+}
+
+// requireUndisturbed fails the test when the step (what), run under the
+// exchanges ex, disrupted the connections: the client retransmitted
+// (retrans > 0: a packet was lost; TCP recovered it, but only after a
+// retransmission timeout or three duplicate ACKs), or an exchange since
+// ex.resetSlow took as long as the minimum retransmission timeout (Linux's
+// TCP_RTO_MIN, 200 ms) — a stall the connections rode out shows there even
+// when nothing was retransmitted. It logs both first.
+func requireUndisturbed(t *testing.T, retrans uint64, ex *exchanges, what string) {
+	t.Helper()
+	ex.slowMu.Lock()
+	slow, of := time.Duration(ex.slow.Load()), ex.slowOf
+	ex.slowMu.Unlock()
+	t.Logf("%s: the client retransmitted %d TCP segments; the slowest exchange took %v (%s)",
+		what, retrans, slow.Round(time.Millisecond), of)
+	require.Zero(t, retrans, "the client retransmitted TCP segments %s: packets were lost", what)
+	require.Less(t, slow, minRTO, "an exchange %s took %v (%s), as long as a retransmission timeout or more", what, slow, of)
 }
 
 // minRTO is Linux's minimum TCP retransmission timeout (TCP_RTO_MIN).
