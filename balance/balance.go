@@ -22,7 +22,10 @@ package balance
 
 import (
 	"errors"
+	"fmt"
 	"math/bits"
+	"sync"
+	"sync/atomic"
 
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
@@ -48,19 +51,94 @@ type Config struct {
 	// otherwise (the default) they are forwarded to their Maglev pick
 	// without an entry, and counted.
 	DropOnConnFull bool
+	// VIPShare is the share of the connection table's Capacity one VIP's
+	// untrusted (new, not yet proven) flows may hold, in (0, 1]; 0 selects
+	// DefaultVIPShare, 1 turns the limit off. A VIP past its share — under
+	// a flood of spoofed new flows — has its further new flows forwarded
+	// to their Maglev pick without an entry (counted as share_refused), so
+	// that the other VIPs' new flows keep finding room. See "Floods" in the
+	// package documentation.
+	VIPShare float64
+	// Workers is how many workers share the stage's budget (the Mux's
+	// queues); 0 means 1. Each worker gets 1/Workers of every VIP's share.
+	Workers int
+	// Clock returns the table tick, read once per batch; nil means
+	// Conns.Now. Tests drive time with it.
+	Clock func() flow.Tick
+}
+
+// DefaultVIPShare is Config.VIPShare's default: one VIP's new flows may
+// hold half the table's Capacity.
+const DefaultVIPShare = 0.5
+
+// Stats are a Stage's connection-table counters: of one VIP
+// (Stage.VIPStats) or of all (Stage.Stats), summed over workers.
+type Stats struct {
+	Inserted     uint64 // new flows entered (always untrusted)
+	Evicted      uint64 // of those, stored over another flow's idle or untrusted entry
+	Promoted     uint64 // untrusted flows that proved themselves (flow.ConnTable.Next)
+	Refused      uint64 // new flows the table could not store (both buckets full of proven flows, or busy)
+	ShareRefused uint64 // new flows not entered because their VIP was past its share
+}
+
+func (s *Stats) add(c *[numStats]uint64) {
+	s.Inserted += c[sInserted]
+	s.Evicted += c[sEvicted]
+	s.Promoted += c[sPromoted]
+	s.Refused += c[sRefused]
+	s.ShareRefused += c[sShareRefused]
 }
 
 // Stage is the balancing stage. It is safe for concurrent use by the
-// workers of one engine.Engine (distinct Batch.Worker indices).
+// workers of one engine.
 //
-// It works on a batch in two passes: the first finds every packet's rule,
-// computes its flow hash and prepares its connection-table lookup
-// (flow.ConnTable.Prepare: the buckets' cache misses of the whole batch in
-// flight together, and the independent hash computations overlapping); the
+// With a connection table, Process works in two passes over the batch so
+// that the table's cache misses overlap: the first finds every packet's
+// rule and hash and starts its lookup (flow.ConnTable.Prepare), the
 // second finishes the lookups and places the flows.
 type Stage struct {
 	cfg     Config
+	budget  uint32 // new flows per VIP, per worker and window; 0: no limit
+	window  flow.Tick
+	clock   func() flow.Tick
 	queries engine.PerWorker[[engine.MaxBatch]flow.ConnQuery]
+	workers engine.PerWorker[workerState]
+	other   workerState // batches made outside a worker (no index), under mu
+	mu      sync.Mutex
+}
+
+// Counter indexes.
+const (
+	sInserted = iota
+	sEvicted
+	sPromoted
+	sRefused
+	sShareRefused
+	numStats
+)
+
+type counters [numStats]atomic.Uint64
+
+func (c *counters) load() (out [numStats]uint64) {
+	for i := range c {
+		out[i] = c[i].Load()
+	}
+	return out
+}
+
+// workerState is one worker's counters and per-VIP budgets. Only its
+// worker writes it; rebind swaps its slices under Stage.mu, so that Stats
+// and VIPStats read them under Stage.mu.
+type workerState struct {
+	c counters // all VIPs
+
+	snap  *flow.Snapshot // the snapshot used and vips are indexed for
+	start flow.Tick      // the current window's start
+	used  []uint32       // new flows entered in this window, by Rule.ID
+	vips  []counters     // by Rule.ID
+	// retired are the counters of rules no longer in the snapshot, by
+	// rule name.
+	retired map[string][numStats]uint64
 }
 
 // New returns a Stage for cfg.
@@ -68,7 +146,160 @@ func New(cfg Config) (*Stage, error) {
 	if cfg.Rules == nil {
 		return nil, errors.New("balance: Config.Rules is nil")
 	}
-	return &Stage{cfg: cfg}, nil
+	if cfg.VIPShare == 0 {
+		cfg.VIPShare = DefaultVIPShare
+	}
+	if !(cfg.VIPShare > 0 && cfg.VIPShare <= 1) {
+		return nil, fmt.Errorf("balance: Config.VIPShare must be in (0, 1], got %v", cfg.VIPShare)
+	}
+	if cfg.Workers < 0 {
+		return nil, fmt.Errorf("balance: Config.Workers must not be negative, got %d", cfg.Workers)
+	}
+	s := &Stage{cfg: cfg, clock: cfg.Clock}
+	if ct := cfg.Conns; ct != nil {
+		if s.clock == nil {
+			s.clock = ct.Now
+		}
+		if cfg.VIPShare < 1 {
+			// Untrusted entries live at most one untrusted timeout from
+			// their insert (lookups do not extend it), so the entries of
+			// at most two windows are alive at once: a window's budget is
+			// half the share.
+			w := max(cfg.Workers, 1)
+			s.budget = uint32(max(1, int(cfg.VIPShare*float64(ct.Config().Capacity)/2)/w))
+		}
+		s.window = max(flow.Ticks(ct.Config().Timeouts.Untrusted), 1)
+	}
+	return s, nil
+}
+
+// state returns worker w's state; for a batch without a worker index the
+// shared fallback, with mu held (unlock returned).
+func (s *Stage) state(w int) (*workerState, func()) {
+	if st := s.workers.Get(w); st != nil {
+		return st, func() {}
+	}
+	s.mu.Lock()
+	return &s.other, s.mu.Unlock
+}
+
+// count adds one to counter k of rule r and of the total.
+func (st *workerState) count(r *flow.Rule, k int) {
+	st.c[k].Add(1)
+	st.vips[r.ID][k].Add(1)
+}
+
+// admit reports whether rule r may enter one more new flow at now, and
+// counts it; false counts a share refusal.
+func (s *Stage) admit(st *workerState, r *flow.Rule, now flow.Tick) bool {
+	if s.budget == 0 {
+		return true
+	}
+	if now-st.start >= s.window {
+		clear(st.used)
+		st.start = now
+	}
+	if st.used[r.ID] >= s.budget {
+		st.count(r, sShareRefused)
+		return false
+	}
+	st.used[r.ID]++
+	return true
+}
+
+// release gives back the budget of a flow of rule r that proved itself:
+// its entry no longer counts against the VIP's untrusted share. (A flow
+// entered in an earlier window gives back some of this window's budget,
+// which errs by at most the promotions of one window.)
+func (s *Stage) release(st *workerState, r *flow.Rule) {
+	if s.budget != 0 && st.used[r.ID] > 0 {
+		st.used[r.ID]--
+	}
+}
+
+// rebind indexes st's budgets and counters for snap (a reload): rules keep
+// their window's use and their counters by name; the counters of removed
+// rules are kept by name.
+func (s *Stage) rebind(st *workerState, snap *flow.Snapshot, locked bool) {
+	if !locked {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	}
+	used := make([]uint32, snap.Len())
+	vips := make([]counters, snap.Len())
+	if st.snap != nil {
+		byName := make(map[string]*flow.Rule, snap.Len())
+		for _, r := range snap.Rules() {
+			byName[r.Name] = r
+		}
+		for _, old := range st.snap.Rules() {
+			c := st.vips[old.ID].load()
+			if nr := byName[old.Name]; nr != nil {
+				used[nr.ID] = st.used[old.ID]
+				for i := range c {
+					vips[nr.ID][i].Store(c[i])
+				}
+				continue
+			}
+			if c != ([numStats]uint64{}) {
+				if st.retired == nil {
+					st.retired = map[string][numStats]uint64{}
+				}
+				sum := st.retired[old.Name]
+				for i := range c {
+					sum[i] += c[i]
+				}
+				st.retired[old.Name] = sum
+			}
+		}
+	}
+	st.snap, st.used, st.vips = snap, used, vips
+}
+
+// Stats sums the counters of every VIP and worker.
+func (s *Stage) Stats() Stats {
+	var out Stats
+	s.workers.Range(func(_ int, st *workerState) bool {
+		c := st.c.load()
+		out.add(&c)
+		return true
+	})
+	s.mu.Lock()
+	c := s.other.c.load()
+	s.mu.Unlock()
+	out.add(&c)
+	return out
+}
+
+// VIPStats returns the counters by VIP (rule name), over every worker,
+// including VIPs removed since (by their last name).
+func (s *Stage) VIPStats() map[string]Stats {
+	out := map[string]Stats{}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	add := func(name string, c *[numStats]uint64) {
+		if *c == ([numStats]uint64{}) {
+			return
+		}
+		v := out[name]
+		v.add(c)
+		out[name] = v
+	}
+	each := func(st *workerState) {
+		for name, c := range st.retired {
+			add(name, &c)
+		}
+		if st.snap == nil {
+			return
+		}
+		for _, r := range st.snap.Rules() {
+			c := st.vips[r.ID].load()
+			add(r.Name, &c)
+		}
+	}
+	s.workers.Range(func(_ int, st *workerState) bool { each(st); return true })
+	each(&s.other)
+	return out
 }
 
 // Process implements engine.Stage.
@@ -88,7 +319,7 @@ func (s *Stage) Process(b *engine.Batch) {
 	if qs == nil {
 		qs = new([engine.MaxBatch]flow.ConnQuery) // a hand-made batch: no worker index
 	}
-	now := ct.Now()
+	now := s.clock()
 	// Pass 1: rule, hash and the prepared lookup of every packet; live
 	// marks the packets pass 2 places.
 	var live uint64
@@ -106,10 +337,15 @@ func (s *Stage) Process(b *engine.Batch) {
 		live |= 1 << uint(i)
 	}
 	// Pass 2: finish the lookups, place the flows.
+	st, unlock := s.state(b.Worker)
+	defer unlock()
+	if st.snap != snap {
+		s.rebind(st, snap, st == &s.other)
+	}
 	for ; live != 0; live &= live - 1 {
 		i := bits.TrailingZeros64(live)
 		p := pkts[i]
-		if r := s.place(snap, p, &qs[i], now); r != 0 {
+		if r := s.place(st, snap, p, &qs[i], now); r != 0 {
 			b.Drop(p, r)
 		}
 	}
@@ -146,7 +382,7 @@ func (s *Stage) stateless(snap *flow.Snapshot, p *engine.Packet) engine.DropReas
 
 // place decides p's backend (p.Rule and p.Hash set, q prepared unless p is
 // a fragment).
-func (s *Stage) place(snap *flow.Snapshot, p *engine.Packet, q *flow.ConnQuery, now flow.Tick) engine.DropReason {
+func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q *flow.ConnQuery, now flow.Tick) engine.DropReason {
 	r := p.Rule
 	ct := s.cfg.Conns
 	if p.Flags&engine.FlagFragment != 0 {
@@ -180,11 +416,14 @@ func (s *Stage) place(snap *flow.Snapshot, p *engine.Packet, q *flow.ConnQuery, 
 	}
 
 	class := p.StateClass()
-	if id, cur, ok := ct.LookupPrepared(q, now); ok {
+	if id, cur, age, ok := ct.LookupPreparedAge(q, now); ok {
 		if br, idx, found := snap.Backend(id); found && br == r && r.Backends[idx].State != flow.BackendDown {
 			p.Backend = int32(idx)
-			if next := cur.Advance(class); next != cur {
-				ct.SetClassPrepared(q, next, now)
+			if next := ct.Next(cur, class, age); next != cur {
+				if ct.SetClassPrepared(q, next, now) && cur == flow.ClassUntrusted {
+					st.count(r, sPromoted)
+					s.release(st, r)
+				}
 			}
 			return 0
 		}
@@ -196,14 +435,21 @@ func (s *Stage) place(snap *flow.Snapshot, p *engine.Packet, q *flow.ConnQuery, 
 	}
 	p.Backend = int32(idx)
 	p.Flags |= engine.FlagNewFlow
-	if class == flow.ClassEstablished {
-		// A flow first seen mid-connection (a Mux restarted, or ECMP moved
-		// it here) starts untrusted like a SYN and is promoted by its next
-		// packet, so a flood of stray ACKs cannot fill the table with
-		// long-lived entries.
-		class = flow.ClassUntrusted
+	// Every new flow starts untrusted, whatever its first packet, and
+	// earns a long-lived class only by proving itself (ConnTable.Next):
+	// spoofed SYN, FIN, RST, ACK or UDP floods fill the table with
+	// evictable entries only. A VIP past its share is not entered at all.
+	if !s.admit(st, r, now) {
+		return 0
 	}
-	if res := ct.InsertPrepared(q, r.Backends[idx].ID, class, now); !res.Stored() {
+	switch res := ct.InsertPrepared(q, r.Backends[idx].ID, flow.ClassUntrusted, now); {
+	case res.Stored():
+		st.count(r, sInserted)
+		if res == flow.InsertEvicted {
+			st.count(r, sEvicted)
+		}
+	default:
+		st.count(r, sRefused)
 		if s.cfg.DropOnConnFull {
 			return DropConnFull
 		}

@@ -26,7 +26,7 @@ type pkt struct {
 	dport    uint16
 	tcp      bool
 	syn, ack bool
-	fin      bool
+	fin, rst bool
 	frag     int // 0 none, 1 first fragment, 2 non-first
 }
 
@@ -59,7 +59,7 @@ func (p pkt) build() []byte {
 	if p.frag == 2 {
 		ls = append(ls, gopacket.Payload(make([]byte, 16)))
 	} else if p.tcp {
-		t := &layers.TCP{SrcPort: layers.TCPPort(p.sport), DstPort: layers.TCPPort(p.dport), SYN: p.syn, ACK: p.ack, FIN: p.fin, Window: 1000}
+		t := &layers.TCP{SrcPort: layers.TCPPort(p.sport), DstPort: layers.TCPPort(p.dport), SYN: p.syn, ACK: p.ack, FIN: p.fin, RST: p.rst, Window: 1000}
 		_ = t.SetNetworkLayerForChecksum(nl)
 		ls = append(ls, t, gopacket.Payload("data"))
 	} else {
@@ -94,6 +94,7 @@ type harness struct {
 	pool  [engine.MaxBatch]engine.Packet
 	batch engine.Batch
 	ctr   engine.Counters
+	now   flow.Tick // the stage's clock
 }
 
 func newHarness(t *testing.T, stateful bool, rules ...flow.Rule) *harness {
@@ -104,7 +105,9 @@ func newHarness(t *testing.T, stateful bool, rules ...flow.Rule) *harness {
 		h.conns, err = flow.NewConnTable(flow.ConnTableConfig{Capacity: 1024})
 		require.NoError(t, err)
 	}
-	h.stage, err = balance.New(balance.Config{Rules: h.rules, Conns: h.conns, Hasher: flow.NewHasher(42)})
+	h.now = 1
+	h.stage, err = balance.New(balance.Config{Rules: h.rules, Conns: h.conns, Hasher: flow.NewHasher(42),
+		Clock: func() flow.Tick { return h.now }})
 	require.NoError(t, err)
 	h.pl = engine.NewPipeline(engine.Parse{}, h.stage)
 	h.batch.Counters = &h.ctr
@@ -270,37 +273,53 @@ func TestSameChoiceAcrossMuxes(t *testing.T) {
 	}
 }
 
+// TestClassTransitions: a flow is entered untrusted whatever its first
+// packet, proven by a later segment at least ProveAfter after its entry,
+// never demoted by a SYN, closed by FIN or RST, and started over by a SYN
+// after closing.
 func TestClassTransitions(t *testing.T) {
 	h := newHarness(t, true, flow.Rule{Name: "r", VIP: flow.VIP{Addr: vip4, Proto: flow.ProtoTCP, Port: 80}, Backends: backends(2, 1)})
+	prove := h.conns.ProveAfter()
 	p := pkt{src: netip.MustParseAddr("198.18.0.1"), dst: vip4, sport: 999, dport: 80, tcp: true}
 	key := flow.KeyFrom(0, flow.ProtoTCP, netip.AddrPortFrom(p.src, 999), netip.AddrPortFrom(vip4, 80))
 	class := func() flow.StateClass {
-		_, c, ok := h.conns.Lookup(&key, h.conns.Now())
+		_, c, ok := h.conns.Lookup(&key, h.now)
 		require.True(t, ok)
 		return c
 	}
 	steps := []struct {
+		after         flow.Tick
 		syn, ack, fin bool
 		want          flow.StateClass
 	}{
 		{syn: true, want: flow.ClassUntrusted},
-		{ack: true, want: flow.ClassEstablished},
-		{ack: true, want: flow.ClassEstablished},
-		{fin: true, ack: true, want: flow.ClassClosing},
-		{ack: true, want: flow.ClassClosing},
-		{syn: true, want: flow.ClassUntrusted},
+		{after: 5, ack: true, want: flow.ClassUntrusted},          // the handshake's ACK: too soon
+		{after: prove - 10, ack: true, want: flow.ClassUntrusted}, // still ProveAfter − 5 ms
+		{after: 5, ack: true, want: flow.ClassEstablished},        // ProveAfter after the SYN
+		{after: 1, syn: true, want: flow.ClassEstablished},        // a SYN does not demote
+		{after: 1, fin: true, ack: true, want: flow.ClassClosing},
+		{after: 1, ack: true, want: flow.ClassClosing},
+		{after: 1, syn: true, want: flow.ClassUntrusted},                // the tuple reused
+		{after: prove, fin: true, ack: true, want: flow.ClassUntrusted}, // a FIN proves nothing
 	}
 	for i, s := range steps {
+		h.now += s.after
 		p.syn, p.ack, p.fin = s.syn, s.ack, s.fin
 		h.run(p.build())
 		require.Equal(t, s.want, class(), "step %d", i)
 	}
-	// A flow first seen with an ACK starts untrusted.
+	// A flow first seen with an ACK starts untrusted, and a burst of ACKs
+	// does not prove it.
 	p.sport = 1001
 	p.syn, p.ack, p.fin = false, true, false
-	h.run(p.build())
+	for range 10 {
+		h.run(p.build())
+	}
 	key.SrcPort = 1001
 	require.Equal(t, flow.ClassUntrusted, class())
+	st := h.stage.Stats()
+	require.Equal(t, balance.Stats{Inserted: 2, Promoted: 1}, st)
+	require.Equal(t, map[string]balance.Stats{"r": st}, h.stage.VIPStats())
 }
 
 func TestNewErrors(t *testing.T) {

@@ -18,16 +18,20 @@ type StateClass uint8
 
 // State classes.
 const (
-	// ClassUntrusted: only a SYN has been seen. Such entries live on a short
-	// leash and are the only live entries an insert may evict when the
-	// table is full, so a SYN flood cannot push out established flows
-	// (Ananta's defence).
+	// ClassUntrusted: a flow not yet proven (see ConnTable.Next), whatever
+	// its packets: every new flow starts here. Such entries live on a short
+	// leash that lookups do not extend and are the only live entries an
+	// insert may evict when the table is full, so a flood of spoofed SYNs,
+	// FINs, RSTs, ACKs or datagrams cannot push out proven flows (Ananta's
+	// defence, extended from SYN floods to every kind). As a packet's
+	// suggestion (engine.Packet.StateClass) it means a SYN without ACK.
 	ClassUntrusted StateClass = iota
-	// ClassEstablished: the handshake completed (a non-SYN packet seen).
+	// ClassEstablished: a proven TCP flow (as a packet's suggestion: a
+	// segment without SYN, FIN or RST).
 	ClassEstablished
-	// ClassClosing: a FIN or RST has been seen.
+	// ClassClosing: a proven flow that has sent a FIN or RST.
 	ClassClosing
-	// ClassUDP: UDP and any other non-TCP protocol.
+	// ClassUDP: a proven flow of UDP or any other non-TCP protocol.
 	ClassUDP
 
 	ctClasses = 4
@@ -49,7 +53,8 @@ func (c StateClass) String() string {
 }
 
 // Advance returns the class a flow of class c moves to when a packet
-// suggesting class seen arrives (engine.Packet.StateClass): untrusted is
+// suggesting class seen arrives (engine.Packet.StateClass), without the
+// proof an untrusted flow needs (ConnTable.Next adds it): untrusted is
 // promoted by any non-SYN packet; anything moves to closing on FIN or RST;
 // closing is final except that a new SYN (the client reusing the tuple
 // after close) starts over as untrusted. A SYN never demotes an
@@ -125,7 +130,33 @@ type ConnTableConfig struct {
 	IPv6Capacity int
 	// Timeouts are the idle timeouts per state class.
 	Timeouts Timeouts
+	// ProveAfter is how long an untrusted flow must have had its entry
+	// before a packet can prove it (ConnTable.Next); 0 selects
+	// DefaultProveAfter (or half of Timeouts.Untrusted if that is
+	// shorter). It must be below Timeouts.Untrusted.
+	ProveAfter time.Duration
+	// ProvenShare limits the entries of proven classes (established,
+	// closing, UDP) to this share of Capacity (of IPv6Capacity in the
+	// IPv6 table), in (0, 1]; 0 selects 1. A promotion past the limit is
+	// refused (Stats.PromoteRefused) and the flow stays untrusted. The
+	// table has 1.75 slots per flow of Capacity, so with the default at
+	// least 0.75 × Capacity slots always remain for untrusted entries,
+	// which new flows may take: connections that prove themselves, however
+	// many, never shut new flows out.
+	ProvenShare float64
 }
+
+// DefaultProveAfter is the default ConnTableConfig.ProveAfter: 200 ms,
+// Linux's minimum TCP retransmission timeout. A spoofing sender's packets
+// of one flow come in a burst (a SYN, a FIN, an RST, a pair of ACKs, a few
+// datagrams) and never prove it; a real connection that lasts longer than
+// this sends again (its data, its ACKs, a retransmission, a keep-alive)
+// and is promoted. It is short so that a new flow's evictable entry
+// survives until its proof under a heavy flood: the table keeps
+// promoting real flows while a flood stores fewer than about
+// (slots − proven entries) / ProveAfter new flows per second (at
+// Capacity 1M with half of it proven, ≈ 6M new flows per second).
+const DefaultProveAfter = 200 * time.Millisecond
 
 // ErrConnTableConfig is wrapped by every error NewConnTable returns.
 var ErrConnTableConfig = errors.New("flow: invalid ConnTable config")
@@ -195,6 +226,13 @@ type ConnTableStats struct {
 	Expired   uint64 // idle entries removed by Age or reused by Insert
 	Busy      uint64 // Inserts and SetClasses given up on a held bucket
 	Contended uint64 // Lookups that gave up on a bucket held by a descheduled writer (a miss)
+	// Proven is the number of entries of a proven class (established,
+	// closing, UDP), including idle ones; Entries − Proven are untrusted.
+	Proven int
+	// PromoteRefused counts promotions (SetClass from untrusted to a
+	// proven class) refused because the proven entries were at their
+	// limit (ConnTableConfig.ProvenShare); the flow stays untrusted.
+	PromoteRefused uint64
 }
 
 // ctStripes is the number of counter stripes. A writer counts into the
@@ -281,7 +319,8 @@ type ConnTable struct {
 	v6      ctTable[[6]atomic.Uint64, [1]uint64]
 	seed    [4]uint64
 	timeout [ctClasses]uint32 // ticks, indexed by StateClass
-	slack   [ctClasses]uint32 // how stale last-seen may get before Lookup refreshes it: timeout/32
+	slack   [ctClasses]uint32 // how stale last-seen may get before Lookup refreshes it: timeout/32 (never for untrusted)
+	prove   uint32            // ProveAfter in ticks
 	cfg     ConnTableConfig
 	epoch   time.Time
 	stripes []connStripe
@@ -331,9 +370,27 @@ func NewConnTable(cfg ConnTableConfig) (*ConnTable, error) {
 		t.timeout[i] = uint32(Ticks(*f.d))
 		t.slack[i] = t.timeout[i] / 32
 	}
+	switch {
+	case cfg.ProveAfter == 0:
+		cfg.ProveAfter = min(DefaultProveAfter, cfg.Timeouts.Untrusted/2)
+	case cfg.ProveAfter < 0 || cfg.ProveAfter >= cfg.Timeouts.Untrusted:
+		return nil, fmt.Errorf("%w: ProveAfter must be in [0, Timeouts.Untrusted = %v), got %v",
+			ErrConnTableConfig, cfg.Timeouts.Untrusted, cfg.ProveAfter)
+	}
+	t.prove = uint32(Ticks(cfg.ProveAfter))
+	// Untrusted entries are never refreshed by a lookup: their last-seen
+	// is when they were stored, which Next reads as their age, and their
+	// lifetime without proof is the untrusted timeout.
+	t.slack[ClassUntrusted] = math.MaxInt32
 	t.cfg = cfg
-	t.v4 = newCtTable[[3]atomic.Uint64, [0]uint64](ctBucketsFor(cfg.Capacity))
-	t.v6 = newCtTable[[6]atomic.Uint64, [1]uint64](ctBucketsFor(cfg.IPv6Capacity))
+	switch {
+	case cfg.ProvenShare == 0:
+		cfg.ProvenShare = 1
+	case !(cfg.ProvenShare > 0 && cfg.ProvenShare <= 1):
+		return nil, fmt.Errorf("%w: ProvenShare must be in (0, 1] (or 0 for 1), got %v", ErrConnTableConfig, cfg.ProvenShare)
+	}
+	t.v4 = newCtTable[[3]atomic.Uint64, [0]uint64](ctBucketsFor(cfg.Capacity), provenLimit(cfg.Capacity, cfg.ProvenShare))
+	t.v6 = newCtTable[[6]atomic.Uint64, [1]uint64](ctBucketsFor(cfg.IPv6Capacity), provenLimit(cfg.IPv6Capacity, cfg.ProvenShare))
 	t.stripes = ctAligned[connStripe](ctStripes)
 	for i := range t.seed {
 		t.seed[i] = rand.Uint64() | 1
@@ -341,6 +398,9 @@ func NewConnTable(cfg ConnTableConfig) (*ConnTable, error) {
 	t.epoch = time.Now()
 	return t, nil
 }
+
+// provenLimit is the most proven entries a table sized for n flows holds.
+func provenLimit(n int, share float64) int64 { return max(int64(float64(n)*share), 1) }
 
 // ctBucketsFor returns the buckets for n flows: 1.75 slots per flow, at least
 // two buckets so that every key has two distinct candidates.
@@ -452,14 +512,61 @@ func (t *ConnTable) Prepare(q *ConnQuery, k *Key) {
 
 // LookupPrepared is Lookup of the flow q was prepared for.
 func (t *ConnTable) LookupPrepared(q *ConnQuery, now Tick) (backend uint32, class StateClass, ok bool) {
+	backend, class, _, ok = t.LookupPreparedAge(q, now)
+	return backend, class, ok
+}
+
+// LookupPreparedAge is LookupPrepared that also returns how long ago the
+// entry was last written or refreshed: for an untrusted entry, which
+// lookups never refresh, how long ago it was stored. Pass it to Next.
+func (t *ConnTable) LookupPreparedAge(q *ConnQuery, now Tick) (backend uint32, class StateClass, age Tick, ok bool) {
+	var seen Tick
 	switch q.family {
 	case FamilyIPv4:
-		return t.v4.lookupFrom(&q.p, q.hash, q.i1, q.i2, q.h1, q.h2, now, t)
+		backend, class, seen, ok = t.v4.lookupFrom(&q.p, q.hash, q.i1, q.i2, q.h1, q.h2, now, t)
 	case FamilyIPv6:
-		return t.v6.lookupFrom(&q.p, q.hash, q.i1, q.i2, q.h1, q.h2, now, t)
+		backend, class, seen, ok = t.v6.lookupFrom(&q.p, q.hash, q.i1, q.i2, q.h1, q.h2, now, t)
 	}
-	return 0, 0, false
+	if !ok {
+		return 0, 0, 0, false
+	}
+	if age = now - seen; int32(age) < 0 {
+		age = 0 // written after the caller read its clock
+	}
+	return backend, class, age, true
 }
+
+// Next returns the class a flow of class cur moves to when a packet
+// suggesting class seen (engine.Packet.StateClass) hits its entry, age
+// ticks after the entry was stored (LookupPreparedAge): the trust rule.
+//
+// Every new flow is stored untrusted, whatever its first packet (SYN, FIN,
+// RST, a stray ACK, a datagram): evictable, and with the short untrusted
+// lifetime, which lookups do not extend. It earns its long-lived class —
+// established for TCP, UDP for the rest — only from a non-SYN packet that
+// arrives at least ProveAfter after the entry was stored, something a
+// sender of spoofed packets does not do for flows it floods (their
+// evictable entries make room for new ones long before), and every live
+// connection does. Until then a SYN, FIN or RST leaves it untrusted. A
+// proven flow moves as Advance says (closing on FIN or RST, a new SYN after
+// closing starts over).
+//
+// The Mux sees one direction only, so this is the proof it can have; a
+// short connection that ends before ProveAfter lives out its life
+// untrusted, which costs it nothing while the table has room, and at most
+// a re-placement by the same Maglev pick when its entry is evicted.
+func (t *ConnTable) Next(cur, seen StateClass, age Tick) StateClass {
+	if cur != ClassUntrusted {
+		return cur.Advance(seen)
+	}
+	if seen == ClassUntrusted || seen == ClassClosing || uint32(age) < t.prove {
+		return ClassUntrusted
+	}
+	return seen
+}
+
+// ProveAfter returns the ProveAfter in force, in ticks.
+func (t *ConnTable) ProveAfter() Tick { return Tick(t.prove) }
 
 // InsertPrepared is Insert of the flow q was prepared for.
 func (t *ConnTable) InsertPrepared(q *ConnQuery, backend uint32, class StateClass, now Tick) InsertResult {
@@ -587,6 +694,8 @@ func (t *ConnTable) Stats() ConnTableStats {
 		s.Busy += c.busy.Load()
 		s.Contended += c.contended.Load()
 	}
+	s.PromoteRefused = t.v4.promoteRefused.Load() + t.v6.promoteRefused.Load()
+	s.Proven = max(int(t.v4.proven.Load()+t.v6.proven.Load()), 0)
 	s.Entries = max(int(s.Inserts-s.Deletes-s.Expired-s.Evictions), 0)
 	return s
 }

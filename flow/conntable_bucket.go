@@ -239,12 +239,37 @@ func (b *ctBucket[S, P]) probe(k *ctKey, tag, first uint64) (j int, v, h uint64,
 // ctTable is an array of buckets with two-choice placement: a key may live in
 // either of two buckets picked by its hash, and never moves once placed.
 type ctTable[S ctSlotWords, P ctPad] struct {
-	b []ctBucket[S, P]
-	n uint64
+	b         []ctBucket[S, P]
+	n         uint64
+	maxProven int64 // the most proven entries SetClass promotes to
+	// promoteRefused counts the promotions refused at maxProven (rare).
+	promoteRefused atomic.Uint64
+	_              [ctCacheLine - 48]byte
+	// proven counts the entries of a proven class (every class but
+	// untrusted), changed under the bucket lock of the entry that moved.
+	proven atomic.Int64
+	_      [ctCacheLine - 8]byte
 }
 
-func newCtTable[S ctSlotWords, P ctPad](nbuckets int) ctTable[S, P] {
-	return ctTable[S, P]{b: ctAligned[ctBucket[S, P]](nbuckets), n: uint64(nbuckets)}
+func newCtTable[S ctSlotWords, P ctPad](nbuckets int, maxProven int64) ctTable[S, P] {
+	return ctTable[S, P]{b: ctAligned[ctBucket[S, P]](nbuckets), n: uint64(nbuckets), maxProven: maxProven}
+}
+
+// ctProven reports whether class c is a proven one: every class but
+// untrusted.
+func ctProven(c StateClass) bool { return c != ClassUntrusted }
+
+// ctProvenDelta is the change in proven entries when slot j of h (free or
+// occupied) comes to hold an entry of class to.
+func ctProvenDelta(h uint64, j int, to StateClass) int64 {
+	var d int64
+	if h>>(ctTagShift+4*j)&0xf != 0 && ctProven(ctClass(h, j)) {
+		d--
+	}
+	if ctProven(to) {
+		d++
+	}
+	return d
 }
 
 // index maps a key hash to its two candidate buckets (distinct when the
@@ -285,7 +310,8 @@ func (t *ctTable[S, P]) search(k *ctKey, i1, i2, tag uint64) (bi uint64, j int, 
 // lookup implements ConnTable.Lookup for one key width.
 func (t *ctTable[S, P]) lookup(k *ctKey, hash uint64, now Tick, c *ConnTable) (uint32, StateClass, bool) {
 	i1, i2 := t.index(hash)
-	return t.lookupFrom(k, hash, i1, i2, t.b[i1].hdr.Load(), t.b[i2].hdr.Load(), now, c)
+	b, cls, _, ok := t.lookupFrom(k, hash, i1, i2, t.b[i1].hdr.Load(), t.b[i2].hdr.Load(), now, c)
+	return b, cls, ok
 }
 
 // prepare loads the headers of the two candidate buckets of hash (for a
@@ -297,7 +323,8 @@ func (t *ctTable[S, P]) prepare(q *ConnQuery) {
 
 // lookupFrom is lookup with the buckets and their headers already loaded
 // (a header may be stale: probe validates it as the seqlock's first read).
-func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, i1, i2, h1, h2 uint64, now Tick, c *ConnTable) (uint32, StateClass, bool) {
+// It also returns the entry's last-seen tick as read (before any refresh).
+func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, i1, i2, h1, h2 uint64, now Tick, c *ConnTable) (uint32, StateClass, Tick, bool) {
 	tag := ctTag(hash)
 	// search, written out.
 	b := &t.b[i1]
@@ -309,13 +336,13 @@ func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, i1, i2, h1, h2 uint64, now Ti
 			if !ok || !ok2 {
 				c.stripe(i1).contended.Add(1)
 			}
-			return 0, 0, false
+			return 0, 0, 0, false
 		}
 	}
 	cls := ctClass(h, j)
 	seen := ctSeen(v)
 	if ctIdle(now, seen, c.timeout[cls]) {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	if int32(uint32(now-seen)) > int32(c.slack[cls]) {
 		// Refresh last-seen, but only once it lags by more than 1/32 of the
@@ -326,7 +353,7 @@ func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, i1, i2, h1, h2 uint64, now Ti
 		// instead of writing this flow's backend over the new entry.
 		b.val(j).CompareAndSwap(v, v&^(1<<32-1)|uint64(now))
 	}
-	return ctBackend(v), cls, true
+	return ctBackend(v), cls, Tick(seen), true
 }
 
 // insert implements ConnTable.Insert for one key width.
@@ -361,6 +388,11 @@ func (t *ctTable[S, P]) insert(k *ctKey, hash uint64, backend uint32, cls StateC
 	tag := ctTag(hash)
 
 	res, x, j := t.place(k, tag, &b, &h, now, c, st)
+	if res != InsertRefused {
+		if d := ctProvenDelta(h[x], j, cls); d != 0 {
+			t.proven.Add(d)
+		}
+	}
 	switch res {
 	case InsertUpdated:
 		b[x].val(j).Store(v)
@@ -456,6 +488,17 @@ func (t *ctTable[S, P]) setClass(k *ctKey, hash uint64, cls StateClass, now Tick
 		b.unlockUnchanged(hd)
 		return false
 	}
+	d := ctProvenDelta(hd, j, cls)
+	if d > 0 && t.proven.Load() >= t.maxProven {
+		// A promotion past the proven limit: the flow stays untrusted
+		// (evictable), so that new flows always find room.
+		b.unlockUnchanged(hd)
+		t.promoteRefused.Add(1)
+		return false
+	}
+	if d != 0 {
+		t.proven.Add(d)
+	}
 	v := b.val(j)
 	if old := v.Load(); int32(uint32(now-ctSeen(old))) > 0 {
 		v.Store(ctVal(ctBackend(old), now))
@@ -480,6 +523,9 @@ func (t *ctTable[S, P]) remove(k *ctKey, hash uint64, c *ConnTable) bool {
 		b := &t.b[bi]
 		hd := b.lockWait()
 		if j := b.find(hd, k, tag); j >= 0 {
+			if ctProven(ctClass(hd, j)) {
+				t.proven.Add(-1)
+			}
 			b.unlock(ctClear(hd, j))
 			c.stripe(bi).deletes.Add(1)
 			return true
@@ -501,10 +547,13 @@ func (t *ctTable[S, P]) age(i uint64, now Tick, c *ConnTable) int {
 	if !ok {
 		return 0
 	}
-	n := 0
+	n, proven := 0, int64(0)
 	for occ := ctOcc(hd); occ != 0; occ &= occ - 1 {
 		j := ctSlot(occ)
-		if ctIdle(now, ctSeen(b.val(j).Load()), c.timeout[ctClass(hd, j)]) {
+		if cls := ctClass(hd, j); ctIdle(now, ctSeen(b.val(j).Load()), c.timeout[cls]) {
+			if ctProven(cls) {
+				proven++
+			}
 			hd = ctClear(hd, j)
 			n++
 		}
@@ -512,6 +561,9 @@ func (t *ctTable[S, P]) age(i uint64, now Tick, c *ConnTable) int {
 	if n == 0 {
 		b.unlockUnchanged(hd)
 		return 0
+	}
+	if proven != 0 {
+		t.proven.Add(-proven)
 	}
 	b.unlock(hd)
 	c.stripe(i).expired.Add(uint64(n))

@@ -151,7 +151,7 @@ func TestConnTableBasic(t *testing.T) {
 			assert.Equal(t, uint32(20), be)
 			assert.Equal(t, ClassUDP, cl)
 			st := ct.Stats()
-			assert.Equal(t, ConnTableStats{Entries: 2, Inserts: 3, Updates: 1, Deletes: 1}, st)
+			assert.Equal(t, ConnTableStats{Entries: 2, Inserts: 3, Updates: 1, Deletes: 1, Proven: 2}, st)
 		})
 	}
 }
@@ -245,8 +245,17 @@ func TestConnTableTimeouts(t *testing.T) {
 				// Idle for exactly the timeout: still there.
 				_, _, ok := ct.Lookup(&k, start+Ticks(d))
 				require.True(t, ok, "at the timeout")
-				// That lookup refreshed it: another full timeout from there.
 				now := start + 2*Ticks(d)
+				if cls == ClassUntrusted {
+					// Lookups never extend an untrusted entry's life:
+					// it ends one timeout after it was stored.
+					_, _, ok = ct.Lookup(&k, now)
+					require.False(t, ok, "an untrusted entry refreshed by a lookup")
+					_, n := ct.Age(now, ct.Cap())
+					require.Equal(t, 1, n)
+					return
+				}
+				// That lookup refreshed it: another full timeout from there.
 				_, _, ok = ct.Lookup(&k, now)
 				require.True(t, ok, "refreshed by the lookup")
 				// Age at the same moment removes nothing.
@@ -303,7 +312,7 @@ func TestConnTableInsertOverExpired(t *testing.T) {
 	ct.Insert(&k, 1, ClassUDP, 0)
 	require.Equal(t, InsertNew, ct.Insert(&k, 2, ClassUDP, 5000))
 	st := ct.Stats()
-	assert.Equal(t, ConnTableStats{Entries: 1, Inserts: 2, Expired: 1}, st)
+	assert.Equal(t, ConnTableStats{Entries: 1, Inserts: 2, Expired: 1, Proven: 1}, st)
 	be, _, ok := ct.Lookup(&k, 5000)
 	require.True(t, ok)
 	assert.Equal(t, uint32(2), be)

@@ -202,6 +202,8 @@ func addNAT(s, o nat.Stats) nat.Stats {
 	s.Stale += o.Stale
 	s.Fragments += o.Fragments
 	s.NewFlows += o.NewFlows
+	s.Evicted += o.Evicted
+	s.Promoted += o.Promoted
 	s.TableRefused += o.TableRefused
 	s.ICMPErrors += o.ICMPErrors
 	s.Direct += o.Direct

@@ -21,6 +21,7 @@ var (
 	descNATFlows = prometheus.NewDesc("xdplb_nat_table_entries", "Connections in the NAT table.", nil, nil)
 	descNATCap   = prometheus.NewDesc("xdplb_nat_table_capacity", "Slots of the NAT table.", nil, nil)
 	descNATEv    = prometheus.NewDesc("xdplb_nat_table_events_total", "NAT table events.", []string{"event"}, nil)
+	descNATClass = prometheus.NewDesc("xdplb_nat_table_class_entries", "Connections in the NAT table by trust: untrusted (new, evictable) or proven.", []string{"class"}, nil)
 	descUp       = prometheus.NewDesc("xdplb_datapath_up", "1 while the data path forwards.", nil, nil)
 	descBuilds   = prometheus.NewDesc("xdplb_datapath_builds_total", "Data path builds (the first, and one per structural document change).", nil, nil)
 	descFailed   = prometheus.NewDesc("xdplb_datapath_build_failures_total", "Data path builds that failed (a foreign XDP program on a new VM port, say): the running data path kept forwarding and the version was refused.", nil, nil)
@@ -29,7 +30,7 @@ var (
 
 func (c agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	nodemetrics.Describe(ch)
-	for _, d := range []*prometheus.Desc{descNAT, descNATFlows, descNATCap, descNATEv, descUp, descBuilds, descFailed, descDIPs} {
+	for _, d := range []*prometheus.Desc{descNAT, descNATFlows, descNATCap, descNATEv, descNATClass, descUp, descBuilds, descFailed, descDIPs} {
 		ch <- d
 	}
 }
@@ -63,6 +64,10 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descNATFlows, float64(cs.Entries))
 	gauge(descNATCap, float64(a.table.Conns().Cap()))
 	counter(descNATEv, ns.NewFlows, "new")
+	counter(descNATEv, ns.Promoted, "promoted")
+	counter(descNATEv, cs.PromoteRefused, "promote_refused")
+	gauge(descNATClass, float64(max(cs.Entries-cs.Proven, 0)), "untrusted")
+	gauge(descNATClass, float64(cs.Proven), "proven")
 	counter(descNATEv, ns.DirectFlows, "direct")
 	counter(descNATEv, ns.TableRefused, "refused")
 	counter(descNATEv, cs.Expired, "expired")

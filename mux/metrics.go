@@ -24,6 +24,8 @@ var (
 	descConns     = prometheus.NewDesc("xdplb_conntable_entries", "Flows in the connection table.", nil, nil)
 	descConnCap   = prometheus.NewDesc("xdplb_conntable_capacity", "Slots of the connection table.", nil, nil)
 	descConnEv    = prometheus.NewDesc("xdplb_conntable_events_total", "Connection table events.", []string{"event"}, nil)
+	descConnClass = prometheus.NewDesc("xdplb_conntable_class_entries", "Flows in the connection table by trust: untrusted (new, evictable) or proven (established, closing, udp).", []string{"class"}, nil)
+	descVIPConn   = prometheus.NewDesc("xdplb_vip_conntable_total", "New flows of a VIP by what the connection table did: inserted (untrusted), evicted (inserted over another flow's entry), promoted (proven), refused (no room), share_refused (the VIP past its share of untrusted entries; forwarded without an entry). Removed VIPs keep their name.", []string{"vip", "outcome"}, nil)
 	descSkew      = prometheus.NewDesc("xdplb_maglev_skew", "Maglev table skew per VIP: the largest backend's slot share over the mean share of active backends.", []string{"vip"}, nil)
 	descBackends  = prometheus.NewDesc("xdplb_backend_up", "1 when a backend takes new flows (active, weight > 0, healthy).", []string{"vip", "backend"}, nil)
 	descProbes    = prometheus.NewDesc("xdplb_probes_total", "Health probes sent, and failed.", []string{"vip_backend", "result"}, nil)
@@ -42,7 +44,7 @@ var (
 
 func (c muxCollector) Describe(ch chan<- *prometheus.Desc) {
 	nodemetrics.Describe(ch)
-	for _, d := range []*prometheus.Desc{descConns, descConnCap, descConnEv, descSkew, descBackends, descProbes,
+	for _, d := range []*prometheus.Desc{descConns, descConnCap, descConnEv, descConnClass, descVIPConn, descSkew, descBackends, descProbes,
 		descProbeUp, descAnnounced, descUp, descVIPPackets, descVIPBytes, descVIPFlows, descBackPackets, descBackBytes, descBackFlows} {
 		ch <- d
 	}
@@ -74,6 +76,31 @@ func (c muxCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descConnEv, cs.Refused, "refused")
 	counter(descConnEv, cs.Expired, "expired")
 	counter(descConnEv, cs.Busy, "busy")
+	counter(descConnEv, cs.PromoteRefused, "promote_refused")
+	gauge(descConnClass, float64(max(cs.Entries-cs.Proven, 0)), "untrusted")
+	gauge(descConnClass, float64(cs.Proven), "proven")
+	m.mu.Lock()
+	bals := m.balancers
+	m.mu.Unlock()
+	vips := map[string]balance.Stats{}
+	for _, b := range bals {
+		for name, v := range b.VIPStats() {
+			sum := vips[name]
+			sum.Inserted += v.Inserted
+			sum.Evicted += v.Evicted
+			sum.Promoted += v.Promoted
+			sum.Refused += v.Refused
+			sum.ShareRefused += v.ShareRefused
+			vips[name] = sum
+		}
+	}
+	for name, v := range vips {
+		counter(descVIPConn, v.Inserted, name, "inserted")
+		counter(descVIPConn, v.Evicted, name, "evicted")
+		counter(descVIPConn, v.Promoted, name, "promoted")
+		counter(descVIPConn, v.Refused, name, "refused")
+		counter(descVIPConn, v.ShareRefused, name, "share_refused")
+	}
 
 	nodemetrics.Config(ch, m.watcher.Status())
 

@@ -102,7 +102,7 @@ func newMetricsRig(t *testing.T, workers int) *metricsRig {
 	require.NoError(t, m.ctl.Apply(doc))
 	r := &metricsRig{m: m}
 	for i := 0; i < workers; i++ {
-		pl, err := m.pipeline(doc.HashSeed, benchUplink, partialResolver{})
+		pl, err := m.pipeline(doc.HashSeed, benchUplink, partialResolver{}, workers)
 		require.NoError(t, err)
 		mp, err := engine.NewMemPort(engine.MemPortConfig{Name: fmt.Sprintf("uplink:%d", i), Capture: true})
 		require.NoError(t, err)

@@ -79,6 +79,10 @@ type Config struct {
 	XDPMode steer.AttachMode
 	// Conns sizes the connection table (Capacity default 1<<20 flows).
 	Conns flow.ConnTableConfig
+	// VIPShare is the share of the connection table one VIP's new,
+	// unproven flows may hold (balance.Config.VIPShare; 0: the default,
+	// 1: no limit).
+	VIPShare float64
 	// SourceV4 and SourceV6 are the outer VXLAN source addresses; the
 	// default is the uplink's first global address of each family.
 	SourceV4, SourceV6 netip.Addr
@@ -116,6 +120,7 @@ type Mux struct {
 	slow      *rawip.Port // what the next-hop stage cannot address: to the kernel
 	eng       *engine.Engine
 	accounts  []*balance.Account // one per pipeline (worker), read by the collector
+	balancers []*balance.Stage   // one per pipeline (worker), read by the collector
 	// partial completes the partial checksums of frames from senders on
 	// this machine; shared by every worker's pipeline.
 	partial *engine.PartialChecksums
@@ -143,6 +148,9 @@ func New(cfg Config) (*Mux, error) {
 	}
 	if cfg.Conns.Capacity == 0 {
 		cfg.Conns.Capacity = 1 << 20
+	}
+	if !(cfg.VIPShare >= 0 && cfg.VIPShare <= 1) {
+		return nil, fmt.Errorf("mux: Config.VIPShare must be in [0, 1] (0: the default), got %v", cfg.VIPShare)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -507,7 +515,7 @@ func (m *Mux) openDataPath(ifi *net.Interface, resolver *nexthop.Resolver) (*eng
 		if err := m.prog.RegisterSocket(q, port.FD()); err != nil {
 			return nil, err
 		}
-		pl, err := m.pipeline(seed, ifi.Index, resolver)
+		pl, err := m.pipeline(seed, ifi.Index, resolver, queues)
 		if err != nil {
 			return nil, err
 		}
@@ -536,12 +544,16 @@ func (m *Mux) openDataPath(ifi *net.Interface, resolver *nexthop.Resolver) (*eng
 // the per-VIP and per-backend counts are the packets handed to the uplink;
 // a packet the socket then refuses (tx_full) is counted both there and as a
 // drop. It reads the client's packet length inside the tunnel.
-func (m *Mux) pipeline(seed uint64, uplink int, resolver encap.Resolver) (*engine.Pipeline, error) {
+//
+// Each worker has its own balance stage; workers tells it how many share
+// the per-VIP budget of new flows.
+func (m *Mux) pipeline(seed uint64, uplink int, resolver encap.Resolver, workers int) (*engine.Pipeline, error) {
 	icmp, err := balance.NewICMP(balance.ICMPConfig{Rules: m.rules})
 	if err != nil {
 		return nil, err
 	}
-	bal, err := balance.New(balance.Config{Rules: m.rules, Conns: m.conns, Hasher: flow.NewHasher(seed)})
+	bal, err := balance.New(balance.Config{Rules: m.rules, Conns: m.conns, Hasher: flow.NewHasher(seed),
+		VIPShare: m.cfg.VIPShare, Workers: workers})
 	if err != nil {
 		return nil, err
 	}
@@ -558,6 +570,7 @@ func (m *Mux) pipeline(seed uint64, uplink int, resolver encap.Resolver) (*engin
 	acct := balance.NewAccount(balance.AccountConfig{Encapsulated: true, Rules: m.rules})
 	m.mu.Lock()
 	m.accounts = append(m.accounts, acct)
+	m.balancers = append(m.balancers, bal)
 	m.mu.Unlock()
 	return engine.NewPipeline(engine.Parse{}, m.sources, m.partial, uplinkVNI{&m.ctl.vnis}, icmp, bal, enc, nh, acct), nil
 }

@@ -36,11 +36,20 @@
 // or, for an all-ports rule, the DIP port when the backend preserves ports.
 // An all-ports rule whose backend has a fixed port maps many VIP ports to
 // one, so those connections also keep the VIP port in a side table (see
-// Table). Entries carry the state class of the client's TCP flags (SYN:
-// untrusted; after the handshake: established; FIN or RST, from either side:
-// closing; other protocols: udp), which picks their idle timeout; a
-// connection first seen mid-stream starts untrusted, as on the Mux, so stray
-// packets cannot fill the table with long-lived entries.
+// Table). Every connection is entered untrusted, whatever its first packet,
+// and earns its class as on the Mux (flow.ConnTable.Next): a client packet
+// that is not a SYN, FIN or RST arriving ProveAfter (200 ms) or more after
+// the entry was stored promotes it to established (TCP) or udp (other
+// protocols); a proven connection moves to closing on a FIN or RST from
+// either side. The VM's packets never promote: its RST answering a flood's
+// spoofed ACK leaves that entry untrusted. Untrusted entries are evictable
+// and live one untrusted timeout from their insert, so floods of spoofed
+// SYNs, FINs, RSTs, ACKs or datagrams cannot fill the table with
+// long-lived entries, and proven entries are capped
+// (flow.ConnTableConfig.ProvenShare) so new connections always find room.
+// The Host Agent has no per-VIP share of its own: the Mux's limits a VIP's
+// new flows before they reach a host (those it forwards without an entry
+// still arrive, and are untrusted here).
 //
 // # Return
 //

@@ -239,10 +239,15 @@ type env struct {
 type envOpt func(*nat.Config)
 
 func newEnv(t testing.TB, rules []flow.Rule, locals []nat.Local, opts ...envOpt) *env {
+	return newEnvTable(t, nat.TableConfig{Capacity: 4096}, rules, locals, opts...)
+}
+
+// newEnvTable is newEnv with a table of the given configuration.
+func newEnvTable(t testing.TB, tc nat.TableConfig, rules []flow.Rule, locals []nat.Local, opts ...envOpt) *env {
 	e := &env{t: t, rules: flow.NewRules(), now: 1000}
 	_, err := e.rules.Update(1, rules)
 	require.NoError(t, err)
-	e.table, err = nat.NewTable(nat.TableConfig{Capacity: 4096})
+	e.table, err = nat.NewTable(tc)
 	require.NoError(t, err)
 	cfg := nat.Config{Rules: e.rules, Table: e.table, Locals: locals, Uplink: uplink, Infra: infra,
 		Clock: func() flow.Tick { return e.now }}

@@ -99,14 +99,24 @@ func (t *Translator) inbound(v *view, p *engine.Packet, now flow.Tick, c *counts
 // track records or refreshes the connection whose return key is ret, given
 // the class the client's packet suggests. The key is hashed once, for the
 // lookup and the insert or class change that may follow.
+//
+// A connection is entered untrusted whatever its first packet, and is
+// promoted by the trust rule of flow.ConnTable.Next (a later client packet,
+// not a SYN, FIN or RST, ProveAfter after the entry was stored), as on the
+// Mux: a flood of spoofed SYNs, FINs, RSTs, ACKs or datagrams that the Mux
+// forwarded fills this table with evictable entries only.
 func (t *Translator) track(ret *flow.Key, lb *localBackend, vport uint16, seen flow.StateClass, now flow.Tick, c *counts) {
 	conns := t.table.conns
 	var q flow.ConnQuery
 	conns.Prepare(&q, ret)
-	if id, cur, ok := conns.LookupPrepared(&q, now); ok && id == lb.id {
-		next := cur.Advance(seen)
+	if id, cur, age, ok := conns.LookupPreparedAge(&q, now); ok && id == lb.id {
+		next := conns.Next(cur, seen, age)
 		if next != cur {
-			conns.SetClassPrepared(&q, next, now)
+			if !conns.SetClassPrepared(&q, next, now) {
+				next = cur // refused (proven limit) or busy: as it was
+			} else if cur == flow.ClassUntrusted {
+				c[cPromoted]++
+			}
 		}
 		if lb.needPort {
 			// Keep the side entry as fresh as the main one, and right.
@@ -116,21 +126,17 @@ func (t *Translator) track(ret *flow.Key, lb *localBackend, vport uint16, seen f
 		}
 		return
 	}
-	class := seen
-	if class == flow.ClassEstablished {
-		// A connection first seen mid-stream (this agent restarted, or
-		// the Mux moved it here) starts untrusted like a SYN and is
-		// promoted by its next packet, so a flood of stray ACKs cannot
-		// fill the table with long-lived entries (as the Mux does).
-		class = flow.ClassUntrusted
-	}
-	if res := conns.InsertPrepared(&q, lb.id, class, now); !res.Stored() {
+	res := conns.InsertPrepared(&q, lb.id, flow.ClassUntrusted, now)
+	if !res.Stored() {
 		c[cRefused]++
 		return
 	}
 	c[cNewFlows]++
+	if res == flow.InsertEvicted {
+		c[cEvicted]++
+	}
 	if lb.needPort {
-		t.table.ports.Insert(ret, portValue(vport, lb.id), class, now)
+		t.table.ports.Insert(ret, portValue(vport, lb.id), flow.ClassUntrusted, now)
 	}
 }
 

@@ -81,8 +81,10 @@ type Stats struct {
 	Ambiguous    uint64 // replies without state matching more than one rule (dropped)
 	Stale        uint64 // replies whose state named a backend no longer here (then stateless)
 	Fragments    uint64 // non-first fragments translated by address (both directions)
-	NewFlows     uint64 // connections entered in the table
-	TableRefused uint64 // connections the table could not store (table full or busy)
+	NewFlows     uint64 // connections entered in the table (untrusted)
+	Evicted      uint64 // of those, stored over another connection's idle or untrusted entry
+	Promoted     uint64 // untrusted connections that proved themselves (flow.ConnTable.Next)
+	TableRefused uint64 // connections the table could not store (table full of proven entries, or busy)
 	ICMPErrors   uint64 // ICMP errors translated through their quote (both directions)
 	Direct       uint64 // packets of direct connections (not through a VIP) passed on untranslated
 	DirectFlows  uint64 // direct connections recognised (a SYN-ACK without NAT state)
@@ -152,6 +154,8 @@ const (
 	cStale
 	cFragments
 	cNewFlows
+	cEvicted
+	cPromoted
 	cRefused
 	cICMPErrors
 	cDirect
@@ -259,7 +263,7 @@ func (t *Translator) Stats() Stats {
 	return Stats{
 		Inbound: c[cInbound], Return: c[cReturn], Stateless: c[cStateless],
 		Ambiguous: c[cAmbiguous], Stale: c[cStale], Fragments: c[cFragments],
-		NewFlows: c[cNewFlows], TableRefused: c[cRefused], ICMPErrors: c[cICMPErrors],
+		NewFlows: c[cNewFlows], Evicted: c[cEvicted], Promoted: c[cPromoted], TableRefused: c[cRefused], ICMPErrors: c[cICMPErrors],
 		Direct: c[cDirect], DirectFlows: c[cDirectFlows],
 	}
 }

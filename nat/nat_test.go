@@ -29,13 +29,13 @@ func TestInbound(t *testing.T) {
 		{"tcp4 port remapped", tcp(ap(client4, 40000), ap(vipA, 80)).to(macA), ap(dipA, 8080), [2]string{"web", "a"}, flow.ClassUntrusted, 0},
 		{"tcp4 other local backend", tcp(ap(client4, 40001), ap(vipA, 80)).to(macB), ap(dipB, 8080), [2]string{"web", "b"}, flow.ClassUntrusted, 0},
 		{"tcp4 syn", pkt{src: ap(client4, 40002), dst: ap(vipA, 80), syn: true}.to(macA), ap(dipA, 8080), [2]string{"web", "a"}, flow.ClassUntrusted, 0},
-		{"udp4 port preserved", udp(ap(client4, 5353), ap(vipA, 53)).to(macA), ap(dipA, 53), [2]string{"dns", "a"}, flow.ClassUDP, 0},
+		{"udp4 port preserved", udp(ap(client4, 5353), ap(vipA, 53)).to(macA), ap(dipA, 53), [2]string{"dns", "a"}, flow.ClassUntrusted, 0},
 		{"tcp4 all-ports preserved", tcp(ap(client4, 40003), ap(vipB, 2222)).to(macB), ap(dipB, 2222), [2]string{"all-tcp", "b"}, flow.ClassUntrusted, 0},
-		{"udp4 all-ports remapped", udp(ap(client4, 40004), ap(vipC, 7777)).to(macA), ap(dipA, 9000), [2]string{"all-udp-remap", "a"}, flow.ClassUDP, 7777},
+		{"udp4 all-ports remapped", udp(ap(client4, 40004), ap(vipC, 7777)).to(macA), ap(dipA, 9000), [2]string{"all-udp-remap", "a"}, flow.ClassUntrusted, 7777},
 		{"tcp6 port remapped", tcp(ap(client6, 40005), ap(vip6, 443)).to(mac6), ap(dip6, 8443), [2]string{"web6", "6"}, flow.ClassUntrusted, 0},
-		{"udp6 port preserved", udp(ap(client6, 40006), ap(vip6, 53)).to(mac6), ap(dip6, 53), [2]string{"dns6", "6"}, flow.ClassUDP, 0},
-		{"udp6 port remapped", udp(ap(client6, 40007), ap(vip6, 5353)).to(mac6), ap(dip6, 5300), [2]string{"dns6-remap", "6"}, flow.ClassUDP, 0},
-		{"icmp4 echo to a VIP with an ICMP rule", pkt{src: ap(client4, 0), dst: ap(vipA, 0), proto: flow.ProtoICMP}.to(macA), ap(dipA, 0), [2]string{"ping", "a"}, flow.ClassUDP, 0},
+		{"udp6 port preserved", udp(ap(client6, 40006), ap(vip6, 53)).to(mac6), ap(dip6, 53), [2]string{"dns6", "6"}, flow.ClassUntrusted, 0},
+		{"udp6 port remapped", udp(ap(client6, 40007), ap(vip6, 5353)).to(mac6), ap(dip6, 5300), [2]string{"dns6-remap", "6"}, flow.ClassUntrusted, 0},
+		{"icmp4 echo to a VIP with an ICMP rule", pkt{src: ap(client4, 0), dst: ap(vipA, 0), proto: flow.ProtoICMP}.to(macA), ap(dipA, 0), [2]string{"ping", "a"}, flow.ClassUntrusted, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -190,13 +190,18 @@ func TestStateClasses(t *testing.T) {
 		require.True(t, ok)
 		return st.Class
 	}
+	prove := e.table.Conns().ProveAfter()
 	syn := pkt{src: c, dst: v, syn: true}
 	client(syn)
 	require.Equal(t, flow.ClassUntrusted, class(), "SYN")
 	server(pkt{src: d, dst: c, syn: true, ack: true}) // SYN-ACK does not promote
 	require.Equal(t, flow.ClassUntrusted, class(), "SYN-ACK")
+	e.now += 5
 	client(tcp(c, v))
-	require.Equal(t, flow.ClassEstablished, class(), "ACK")
+	require.Equal(t, flow.ClassUntrusted, class(), "the handshake's ACK, 5 ms after the SYN")
+	e.now += prove
+	client(tcp(c, v))
+	require.Equal(t, flow.ClassEstablished, class(), "a segment ProveAfter after the SYN")
 	client(syn)
 	require.Equal(t, flow.ClassEstablished, class(), "a SYN does not demote")
 	server(tcp(d, c))
@@ -208,19 +213,29 @@ func TestStateClasses(t *testing.T) {
 	client(syn)
 	require.Equal(t, flow.ClassUntrusted, class(), "a new SYN reuses the tuple")
 
-	// The server closes.
+	// The server closes a proven connection; its RST to an unproven one
+	// (a flood's spoofed ACK) proves nothing.
 	c2 := ap(client4, 41001)
 	client(pkt{src: c2, dst: v, syn: true})
 	client(tcp(c2, v))
 	server(pkt{src: d, dst: c2, rst: true})
 	st, _ := e.state(flow.ProtoTCP, vni, d, c2)
+	require.Equal(t, flow.ClassUntrusted, st.Class, "server RST to an unproven connection")
+	e.now += prove
+	client(tcp(c2, v))
+	server(pkt{src: d, dst: c2, rst: true})
+	st, _ = e.state(flow.ProtoTCP, vni, d, c2)
 	require.Equal(t, flow.ClassClosing, st.Class, "server RST")
 
-	// First seen mid-stream: untrusted until the next packet.
+	// First seen mid-stream: untrusted, and a burst does not prove it.
 	c3 := ap(client4, 41002)
 	client(tcp(c3, v))
 	st, _ = e.state(flow.ProtoTCP, vni, d, c3)
 	require.Equal(t, flow.ClassUntrusted, st.Class)
+	client(tcp(c3, v))
+	st, _ = e.state(flow.ProtoTCP, vni, d, c3)
+	require.Equal(t, flow.ClassUntrusted, st.Class)
+	e.now += prove
 	client(tcp(c3, v))
 	st, _ = e.state(flow.ProtoTCP, vni, d, c3)
 	require.Equal(t, flow.ClassEstablished, st.Class)

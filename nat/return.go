@@ -129,7 +129,10 @@ func (t *Translator) replyPlain(v *view, p *engine.Packet, q *flow.ConnQuery, no
 			return t.passDirect(p, q, cur, now, c)
 		}
 		if vip, vport, ok = t.fromState(v, p, id, now); ok {
-			if cur != flow.ClassClosing && p.StateClass() == flow.ClassClosing {
+			// A FIN or RST from the VM closes a proven connection; an
+			// untrusted one stays untrusted (evictable) — a VM's RST to a
+			// flood's spoofed ACKs must not make their entries proven.
+			if cur != flow.ClassClosing && cur != flow.ClassUntrusted && p.StateClass() == flow.ClassClosing {
 				t.table.conns.SetClassPrepared(q, flow.ClassClosing, now)
 				t.table.ports.SetClass(k, flow.ClassClosing, now) // if it has a side entry
 			}

@@ -38,6 +38,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/xdplb/xdplb/balance"
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/engine/afxdp"
 	"github.com/xdplb/xdplb/engine/steer"
@@ -56,6 +57,7 @@ func main() {
 		xdpMode   steer.AttachMode
 		ring      afxdp.Ring
 		conns     = flag.Int("conns", 1<<20, "connection table capacity (flows)")
+		vipShare  = flag.Float64("vip-share", balance.DefaultVIPShare, "share of the connection table one VIP's new, unproven flows may hold (1: no limit)")
 		spins     = flag.Int("spin", 0, "empty polls before an idle worker sleeps")
 		check     = flag.Bool("check", false, "validate the document, print it with defaults filled in, and exit")
 		seal      = flag.Bool("seal", false, "validate the document, print the file with a checksum line (control.Seal), and exit")
@@ -101,6 +103,7 @@ func main() {
 	cfg := mux.Config{Interface: *iface, ConfigPath: *config, Queues: *queues, Logger: log, IdleSpins: *spins}
 	cfg.OnForwarding = node.DropAfterSetup(log, "mux", *keepCaps, node.MuxCaps)
 	cfg.Conns.Capacity = *conns
+	cfg.VIPShare = *vipShare
 	cfg.XDPMode, cfg.Port.Ring = xdpMode, ring
 	if *probeFrom != "" {
 		a, err := netip.ParseAddr(*probeFrom)
