@@ -86,7 +86,9 @@ type Agent struct {
 	table     *nat.Table
 	endpoints encap.LocalTable
 	watcher   *control.Watcher
-	rebuild   chan struct{} // a document changed the data path's structure
+	rebuild   chan *rebuild // a document changes the data path's structure: to Run
+	runDone   chan struct{} // closed when Run returns (doneOnce)
+	doneOnce  sync.Once
 
 	mu      sync.Mutex
 	plan    *Plan          // the running document's plan
@@ -97,6 +99,7 @@ type Agent struct {
 	retired engine.Stats
 	retNAT  nat.Stats
 	builds  uint64
+	failed  uint64 // rebuilds that failed: their versions were refused
 
 	partialMu sync.Mutex
 	partial   map[string]*engine.PartialChecksums // by input interface
@@ -129,7 +132,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("hostagent: %w", err)
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, rules: flow.NewRules(), table: table,
-		rebuild: make(chan struct{}, 1)}
+		rebuild: make(chan *rebuild), runDone: make(chan struct{})}
 	a.watcher = control.NewWatcher(cfg.ConfigPath, control.WatcherOptions{Logger: cfg.Logger})
 	return a, nil
 }
@@ -221,10 +224,15 @@ func (a *Agent) hostOf(doc *control.Document) (string, error) {
 
 // apply is the watcher's callback. It applies doc whole or not at all:
 // everything that can fail (the plan, the rule snapshot, the indexes, the
-// steering maps) is done before anything is published. A document that
-// keeps the data path's structure is swapped in live; one that changes
-// it (a VM port added or removed, the host's address, the infrastructure
-// prefixes) is published and the data path rebuilt.
+// steering maps, a new data path) is done before anything is published. A
+// document that keeps the data path's structure is swapped in live; one
+// that changes it (a VM port added or removed, the host's address, the
+// infrastructure prefixes) gets a new data path, built beside the running
+// one, which keeps forwarding the previous version until the new one
+// replaces it — or, if the build fails, keeps forwarding, and apply
+// refuses the version (the watcher logs it, counts it and sets
+// xdplb_config_error{reason="apply"}; xdplb_datapath_build_failures_total
+// counts the failed builds).
 func (a *Agent) apply(doc *control.Document) error {
 	host, err := a.hostOf(doc)
 	if err != nil {
@@ -249,57 +257,92 @@ func (a *Agent) apply(doc *control.Document) error {
 		return fmt.Errorf("hostagent: version %d: %w", doc.Version, err)
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	prev := a.snap
 	if prev == nil {
 		prev = a.rules.Load()
 	}
 	snap, err := flow.NewSnapshot(doc.Version, doc.Rules(nil), prev)
 	if err != nil {
+		a.mu.Unlock()
 		return fmt.Errorf("hostagent: version %d: %w", doc.Version, err)
 	}
-	live := a.dp != nil && a.dp.plan.SameStructure(plan)
-	if a.dp != nil && !live {
-		// Refuse a version whose VM ports do not exist: the rebuilt data
+	v := &version{plan: plan, snap: snap, locals: locals, dips: dips}
+	switch {
+	case a.dp == nil:
+		// The first data path is built from it.
+		a.set(v)
+		a.mu.Unlock()
+	case a.dp.plan.SameStructure(plan):
+		err := a.dp.steer(plan)
+		if err == nil {
+			a.set(v)
+			a.publish()
+			a.dp.plan = plan
+			a.dp.nat.SetLocals(dips) // also builds the NAT view of the new rules
+		}
+		a.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("hostagent: version %d: steering: %w", doc.Version, err)
+		}
+	default:
+		// Refuse a version whose VM ports do not exist: the new data
 		// path could not open them.
 		for _, vp := range plan.Ports {
 			if _, err := net.InterfaceByName(vp.Interface); err != nil {
+				a.mu.Unlock()
 				return fmt.Errorf("hostagent: version %d: VM port %s: %w", doc.Version, vp.Interface, err)
 			}
 		}
-	}
-	if live {
-		if err := a.dp.steer(plan); err != nil {
-			return fmt.Errorf("hostagent: version %d: steering: %w", doc.Version, err)
-		}
-	}
-	a.plan, a.snap, a.locals, a.dips = plan, snap, locals, dips
-	if live {
-		a.publish()
-		a.dp.plan = plan
-		a.dp.nat.SetLocals(dips) // also builds the NAT view of the new rules
-	} else if a.dp != nil {
-		// The running data path keeps the previous version whole until
-		// the new one replaces it: its port indexes may differ.
+		a.mu.Unlock()
+		// Run builds the new data path beside the running one and swaps
+		// them, or refuses.
+		r := &rebuild{v: v, done: make(chan error, 1)}
 		select {
-		case a.rebuild <- struct{}{}:
-		default:
+		case a.rebuild <- r:
+		case <-a.runDone:
+			return errors.New("hostagent: stopping")
 		}
+		if err := <-r.done; err != nil {
+			return fmt.Errorf("hostagent: version %d: %w", doc.Version, err)
+		}
+		a.log.Info("hostagent: applied configuration", "version", doc.Version, "host", plan.Host.Name,
+			"address", plan.Host.Address, "vm_ports", len(plan.Ports), "dips", len(plan.DIPs),
+			"vips", snap.Len(), "data_path", "rebuilt")
+		return nil
 	}
 	a.log.Info("hostagent: applied configuration", "version", doc.Version, "host", plan.Host.Name,
 		"address", plan.Host.Address, "vm_ports", len(plan.Ports), "dips", len(plan.DIPs),
-		"vips", snap.Len(), "data_path", dataPathAction(a.dp != nil, live))
+		"vips", snap.Len(), "data_path", dataPathAction(a.Forwarding()))
 	return nil
 }
 
-func dataPathAction(running, live bool) string {
-	switch {
-	case !running:
+// version is an accepted document, prepared: its plan, rule snapshot and
+// indexes.
+type version struct {
+	plan   *Plan
+	snap   *flow.Snapshot
+	locals *encap.Locals
+	dips   *nat.Locals
+}
+
+// set makes v the agent's version (not published yet). Called with a.mu
+// held.
+func (a *Agent) set(v *version) {
+	a.plan, a.snap, a.locals, a.dips = v.plan, v.snap, v.locals, v.dips
+}
+
+// rebuild asks Run for a data path for v; Run answers on done (nil: it
+// forwards v).
+type rebuild struct {
+	v    *version
+	done chan error
+}
+
+func dataPathAction(running bool) string {
+	if !running {
 		return "not running yet"
-	case live:
-		return "updated live"
 	}
-	return "rebuild"
+	return "updated live"
 }
 
 // publish makes the accepted version the data path's: rules and
@@ -312,10 +355,13 @@ func (a *Agent) publish() {
 // Run runs the Host Agent until ctx is done. It waits for the first
 // document, builds the data path (steering programs on the uplink and on
 // every VM port, AF_XDP sockets, workers) and forwards; a document that
-// changes the data path's structure makes it stop the data path and build
-// it again (the NAT table survives). On return every program is detached
-// and every socket closed.
+// changes the data path's structure makes it build a new data path beside
+// the running one and swap them (the NAT table survives), or, if the
+// build fails, keep the running one and refuse the version. On return
+// every program is detached and every socket closed.
 func (a *Agent) Run(ctx context.Context) error {
+	done := func() { a.doneOnce.Do(func() { close(a.runDone) }) }
+	defer done()
 	ifi, err := net.InterfaceByName(a.cfg.Uplink)
 	if err != nil {
 		return fmt.Errorf("hostagent: uplink: %w", err)
@@ -328,6 +374,9 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	side := node.NewSide(a.log, "hostagent")
 	defer side.Stop()
+	// Before side.Stop waits for the watcher: an apply waiting for this
+	// loop returns.
+	defer done()
 	side.Go("next-hop resolver", resolver.Run)
 	side.Go("NAT table ager", func(ctx context.Context) error {
 		return node.Sweep(ctx, a.table.Conns().Cap(), func(budget int) { a.table.Age(a.table.Now(), budget) })
@@ -347,19 +396,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 
-	var kept *handover // programs and sockets a rebuild hands over
+	dp, err := a.start(ifi, resolver)
+	if err != nil {
+		return err
+	}
 	onFwd := a.cfg.OnForwarding
 	for {
-		dp, err := a.start(ifi, resolver, kept)
-		if err != nil {
-			return err
-		}
 		engCtx, stopEngine := context.WithCancel(context.Background())
 		engDone := make(chan error, 1)
 		go func() { engDone <- dp.eng.Run(engCtx) }()
 
 		var runErr error
-		rebuild := false
 		if onFwd != nil {
 			runErr = onFwd()
 			onFwd = nil
@@ -368,9 +415,15 @@ func (a *Agent) Run(ctx context.Context) error {
 				a.log.Error("hostagent: stopping", "err", runErr)
 			}
 		}
-		if runErr == nil {
+		var (
+			req  *rebuild
+			next *dataPath
+		)
+	wait:
+		for runErr == nil {
 			select {
 			case <-ctx.Done():
+				break wait
 			case runErr = <-engDone:
 				// A port's socket or interface failed (engine.Checker):
 				// the agent stops with the error (xdplb_datapath_up 0)
@@ -378,51 +431,91 @@ func (a *Agent) Run(ctx context.Context) error {
 				// they are now.
 				a.log.Error("hostagent: data path failed", "err", runErr)
 				engDone <- runErr
-			case <-a.rebuild:
-				rebuild = true
+			case req = <-a.rebuild:
+				// Built while dp forwards; dp is untouched on failure.
+				var err error
+				if next, err = a.build(req.v, ifi, resolver, dp); err != nil {
+					req.done <- err
+					req = nil
+					continue
+				}
+				break wait
 			}
 		}
 		stopEngine()
 		if err := <-engDone; err != nil && runErr == nil {
 			runErr = err
 		}
-		rebuild = rebuild && runErr == nil
-		kept = a.stop(dp, rebuild)
-		if !rebuild {
+		if req == nil || runErr != nil {
+			if req != nil {
+				_ = next.discard(dp)
+				req.done <- errors.New("hostagent: the data path stopped")
+			}
+			a.stop(dp)
 			return runErr
 		}
-		a.log.Info("hostagent: the document changed the data path's structure: rebuilding it")
+		a.swap(dp, next, req.v)
+		req.done <- nil
+		dp = next
 	}
 }
 
-// start builds the data path for the current plan and publishes it.
-func (a *Agent) start(ifi *net.Interface, resolver *nexthop.Resolver, kept *handover) (*dataPath, error) {
+// start builds the first data path, for the current plan, and publishes
+// it.
+func (a *Agent) start(ifi *net.Interface, resolver *nexthop.Resolver) (*dataPath, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	// A rebuild request raised before this build is served by it.
-	select {
-	case <-a.rebuild:
-	default:
-	}
-	a.publish()
-	dp, err := a.open(a.plan, a.dips, ifi, resolver, kept)
+	dp, err := a.open(a.plan, a.dips, ifi, resolver, nil)
 	if err != nil {
 		return nil, err
 	}
+	a.publish()
 	a.dp = dp
 	a.builds++
-	a.log.Info("hostagent: forwarding", "uplink", ifi.Name, "host", a.plan.Host.Address,
-		"vxlan_port", a.plan.Host.VXLANPort, "vm_ports", len(a.plan.Ports), "workers", len(dp.eng.Workers()),
-		"sockets", len(dp.ports), "version", a.plan.Version)
+	a.logForwarding(dp)
 	return dp, nil
 }
 
+func (a *Agent) logForwarding(dp *dataPath) {
+	a.log.Info("hostagent: forwarding", "uplink", dp.uplink.name, "host", dp.plan.Host.Address,
+		"vxlan_port", dp.plan.Host.VXLANPort, "vm_ports", len(dp.plan.Ports), "workers", len(dp.eng.Workers()),
+		"sockets", len(dp.ports), "version", dp.plan.Version)
+}
+
+// build builds the data path of v beside run, which keeps forwarding
+// (see open). A failure is logged and counted; run is untouched.
+func (a *Agent) build(v *version, ifi *net.Interface, resolver *nexthop.Resolver, run *dataPath) (*dataPath, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	next, err := a.open(v.plan, v.dips, ifi, resolver, run)
+	if err != nil {
+		a.failed++
+		a.log.Error("hostagent: the new data path failed to build; the running one keeps forwarding its version",
+			"version", v.plan.Version, "running", run.plan.Version, "err", err)
+		return nil, err
+	}
+	return next, nil
+}
+
+// swap retires run, whose workers have stopped, and makes next, built
+// beside it for v, the data path: v is published and next's workers may
+// start. Nothing here can fail.
+func (a *Agent) swap(run, next *dataPath, v *version) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	addStats(&a.retired, run.eng.Stats())
+	a.retNAT = addNAT(a.retNAT, run.nat.Stats())
+	run.retire(next)
+	a.set(v)
+	a.publish()
+	a.dp = next
+	a.builds++
+	a.logForwarding(next)
+}
+
 // stop retires a stopped data path: its counters are kept, its sockets
-// closed, and its programs detached — or, for a rebuild, programs kept
-// attached and sockets kept bound and returned for the next data path, so
-// that no VM reply reaches the kernel in between and what arrives waits in
-// the sockets' rings.
-func (a *Agent) stop(dp *dataPath, rebuild bool) *handover {
+// closed and its programs detached.
+func (a *Agent) stop(dp *dataPath) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	addStats(&a.retired, dp.eng.Stats())
@@ -430,5 +523,5 @@ func (a *Agent) stop(dp *dataPath, rebuild bool) *handover {
 	if a.dp == dp {
 		a.dp = nil
 	}
-	return dp.close(rebuild)
+	dp.close()
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
 
 	"github.com/xdplb/xdplb/encap"
 	"github.com/xdplb/xdplb/engine"
@@ -56,26 +55,36 @@ type iface struct {
 	prog     *steer.Program
 	attached bool          // prog is attached to the interface
 	sockets  []*afxdp.Port // by queue
+	// shared: prog and sockets belong to the running data path this one
+	// was built beside (see open); prev is the rules prog held then,
+	// restored if this build is dropped.
+	shared bool
+	prev   steer.Config
 }
 
 // open builds the data path for plan and attaches its programs. On error
-// everything built so far is released.
+// everything it built is released, and the running data path is left as
+// it was.
 //
-// kept is what a previous data path handed over (a rebuild, see
-// dataPath.close): by interface name, its steering programs, still
-// attached, and its sockets, still bound and registered. open takes over
-// those of the interfaces it still serves — new rules, the same sockets,
-// never detached or unbound, so what arrives during the rebuild waits in
-// the sockets' rings instead of being dropped — and releases the others.
-func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *nexthop.Resolver, kept *handover) (_ *dataPath, err error) {
+// run, when not nil, is the data path running now (a rebuild), and open
+// builds beside it: it must not stop it, and on error run keeps
+// forwarding its version. The interfaces both serve are shared: the new
+// data path takes run's steering programs, attached, and its sockets,
+// bound and registered (it only resyncs the programs' rules, live, as a
+// live update does), so nothing is detached or unbound at the swap and
+// what arrives while the workers are replaced waits in the sockets'
+// rings. What only the new plan serves (a new VM port) is built whole
+// here — program loaded and attached, sockets opened and registered —
+// while run forwards: whatever fails there (a foreign XDP program on the
+// new port, an interface without the queues, no memory for the rings)
+// fails the build before anything of run is touched.
+func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *nexthop.Resolver, run *dataPath) (_ *dataPath, err error) {
 	dp := &dataPath{plan: plan}
-	if kept == nil {
-		kept = &handover{}
-	}
 	defer func() {
-		kept.release() // not taken over
 		if err != nil {
-			dp.close(false)
+			if derr := dp.discard(run); derr != nil {
+				err = errors.Join(err, derr)
+			}
 		}
 	}()
 	newIface := func(name string, cfg steer.Config) (*iface, error) {
@@ -88,30 +97,36 @@ func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *
 			return nil, fmt.Errorf("hostagent: queues of %s: %w", name, err)
 		}
 		f := &iface{name: name, index: ifi.Index, queues: q}
-		if prog := kept.progs[name]; prog != nil && int(prog.Options().MaxQueues) >= q {
-			delete(kept.progs, name)
-			f.prog, f.attached = prog, true
-			if socks := kept.sockets[name]; len(socks) == q {
-				f.sockets = socks // bound to this interface's queues still
-				delete(kept.sockets, name)
+		if old := run.iface(name); old != nil {
+			// A socket is bound to one queue of one interface, and a
+			// queue takes one socket: a second set cannot be opened
+			// beside the running one.
+			if old.index != ifi.Index || old.queues != q || len(old.sockets) != q {
+				return nil, fmt.Errorf("hostagent: %s changed under the running data path (ifindex %d → %d, queues %d → %d); "+
+					"restart the agent to serve it as it is now", name, old.index, ifi.Index, old.queues, q)
 			}
-		} else {
-			prog, err := steer.Load(steer.Options{})
-			if err != nil {
-				return nil, fmt.Errorf("hostagent: load the steering program for %s: %w", name, err)
+			f.prog, f.attached, f.sockets, f.shared, f.prev = old.prog, true, old.sockets, true, old.prog.Config()
+			// Live, as a document that keeps the structure does
+			// (dataPath.steer): on error the previous rules come back
+			// (discard).
+			if err := f.prog.Sync(cfg); err != nil {
+				return f, fmt.Errorf("hostagent: steering rules of %s: %w", name, err)
 			}
-			f.prog = prog
+			return f, nil
 		}
+		prog, err := steer.Load(steer.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("hostagent: load the steering program for %s: %w", name, err)
+		}
+		f.prog = prog
 		if err := f.prog.Sync(cfg); err != nil {
-			f.prog.Close()
-			return nil, fmt.Errorf("hostagent: steering rules of %s: %w", name, err)
+			return f, fmt.Errorf("hostagent: steering rules of %s: %w", name, err)
 		}
 		// Frames steered while a queue has no socket (during a rebuild)
 		// are dropped: passed to the kernel, a VM's reply would leave
 		// untranslated and make the client reset its connection.
 		if err := f.prog.SetDropNoSocket(true); err != nil {
-			f.prog.Close()
-			return nil, fmt.Errorf("hostagent: steering program of %s: %w", name, err)
+			return f, fmt.Errorf("hostagent: steering program of %s: %w", name, err)
 		}
 		return f, nil
 	}
@@ -120,10 +135,12 @@ func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *
 	}
 	for _, vp := range plan.Ports {
 		f, err := newIface(vp.Interface, vp.Steer)
+		if f != nil {
+			dp.vms = append(dp.vms, f)
+		}
 		if err != nil {
 			return nil, err
 		}
-		dp.vms = append(dp.vms, f)
 	}
 
 	// Workers: at most the fewest queues of any interface.
@@ -166,7 +183,7 @@ func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *
 	}
 	all := append([]*iface{dp.uplink}, dp.vms...)
 	for i, f := range all {
-		handed := f.sockets != nil
+		handed := f.shared
 		if !handed {
 			f.sockets = make([]*afxdp.Port, f.queues)
 		}
@@ -224,9 +241,10 @@ func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *
 		return nil, err
 	}
 
-	// Attach last: from now on the steered traffic reaches the sockets.
-	// Programs taken over from the previous data path are attached
-	// already (their sockets were registered above).
+	// Attach last: from now on the steered traffic reaches the sockets
+	// (and waits in their rings until the workers run). Shared programs
+	// are attached already. A foreign XDP program on the interface fails
+	// the build here (steer.ErrForeignProgram).
 	for _, f := range all {
 		if f.attached {
 			continue
@@ -329,80 +347,95 @@ func (dp *dataPath) steer(plan *Plan) error {
 	return errors.Join(errs...)
 }
 
+// iface returns the interface named name that dp serves, or nil (also
+// when dp is nil).
+func (dp *dataPath) iface(name string) *iface {
+	if dp == nil {
+		return nil
+	}
+	for _, f := range append([]*iface{dp.uplink}, dp.vms...) {
+		if f != nil && f.name == name {
+			return f
+		}
+	}
+	return nil
+}
+
 // close detaches the programs (steered traffic goes to the kernel again),
 // closes the sockets and frees the programs. The workers must have
-// stopped. With keep (a rebuild) the attached programs stay attached, with
-// no sockets, and are returned by interface name for the next open: the
-// frames they steer meanwhile are dropped (SetDropNoSocket) rather than
-// handed to the kernel.
-func (dp *dataPath) close(keep bool) *handover {
-	all := append([]*iface{dp.uplink}, dp.vms...)
-	if !keep {
-		for _, f := range all {
-			if f != nil && f.prog != nil {
-				_ = f.prog.Detach()
+// stopped.
+func (dp *dataPath) close() { dp.release(nil) }
+
+// retire closes what of dp, whose workers have stopped, next does not
+// share (see open): the programs and sockets of the interfaces next does
+// not serve, and the slow path.
+func (dp *dataPath) retire(next *dataPath) { dp.release(next) }
+
+// discard drops dp, a build whose workers never ran: it releases what dp
+// built and gives the interfaces it shares with run, the data path still
+// forwarding, their previous steering rules back. run is untouched
+// otherwise. An error means a program's rules could not be restored
+// (they are between the two sets; a later Sync converges).
+func (dp *dataPath) discard(run *dataPath) error {
+	dp.release(run)
+	var errs []error
+	for _, f := range append([]*iface{dp.uplink}, dp.vms...) {
+		if f != nil && f.shared {
+			if err := f.prog.Sync(f.prev); err != nil {
+				errs = append(errs, fmt.Errorf("hostagent: restore the steering rules of %s: %w", f.name, err))
 			}
 		}
 	}
-	var kept *handover
-	handed := map[*afxdp.Port]bool{}
-	if keep {
-		kept = &handover{progs: map[string]*steer.Program{}, sockets: map[string][]*afxdp.Port{}}
-		for _, f := range all {
-			if f == nil || f.prog == nil || !f.attached {
-				continue
-			}
-			kept.progs[f.name] = f.prog
-			if len(f.sockets) == f.queues && !slices.Contains(f.sockets, nil) {
-				kept.sockets[f.name] = f.sockets
+	return errors.Join(errs...)
+}
+
+// release detaches and closes the programs and closes the sockets of dp,
+// except those it shares with keep (nil: none), and closes the slow path.
+func (dp *dataPath) release(keep *dataPath) {
+	kept := map[*steer.Program]bool{}
+	keptPort := map[*afxdp.Port]bool{}
+	if keep != nil {
+		for _, f := range append([]*iface{keep.uplink}, keep.vms...) {
+			if f != nil && f.prog != nil {
+				kept[f.prog] = true
 				for _, p := range f.sockets {
-					handed[p] = true
+					keptPort[p] = true
 				}
 			}
 		}
 	}
+	all := append([]*iface{dp.uplink}, dp.vms...)
+	// Detach first: steered traffic goes to the kernel again rather than
+	// to sockets about to close.
+	for _, f := range all {
+		if f != nil && f.prog != nil && !kept[f.prog] {
+			_ = f.prog.Detach()
+		}
+	}
 	// Closing a socket takes it out of its program's XSKMAP.
-	for _, p := range dp.ports {
-		if !handed[p] {
+	closed := map[*afxdp.Port]bool{}
+	closePort := func(p *afxdp.Port) {
+		if p != nil && !keptPort[p] && !closed[p] {
+			closed[p] = true
 			_ = p.Close()
+		}
+	}
+	for _, p := range dp.ports {
+		closePort(p)
+	}
+	for _, f := range all {
+		if f != nil {
+			for _, p := range f.sockets { // opened, not yet in dp.ports
+				closePort(p)
+			}
 		}
 	}
 	if dp.slow != nil {
 		_ = dp.slow.Close()
 	}
 	for _, f := range all {
-		if f == nil || f.prog == nil || kept != nil && kept.progs[f.name] == f.prog {
-			continue
+		if f != nil && f.prog != nil && !kept[f.prog] {
+			_ = f.prog.Close()
 		}
-		_ = f.prog.Detach()
-		_ = f.prog.Close()
-	}
-	return kept
-}
-
-// handover is what a data path stopped for a rebuild hands to the next:
-// by interface name, the steering programs, still attached, and the
-// sockets of every queue, still bound and registered in their programs.
-type handover struct {
-	progs   map[string]*steer.Program
-	sockets map[string][]*afxdp.Port
-}
-
-// release closes the sockets and detaches and closes the programs the
-// next data path did not take over.
-func (h *handover) release() {
-	if h == nil {
-		return
-	}
-	for name, socks := range h.sockets {
-		for _, p := range socks {
-			_ = p.Close()
-		}
-		delete(h.sockets, name)
-	}
-	for name, prog := range h.progs {
-		_ = prog.Detach()
-		_ = prog.Close()
-		delete(h.progs, name)
 	}
 }

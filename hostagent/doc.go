@@ -66,14 +66,24 @@
 // and the indexes are built first. When it keeps the data path's structure
 // (same host address and VXLAN port, same VM ports and VNIs, same
 // infrastructure prefixes and tunnel sources) the rules, endpoints, DIPs and steering rules
-// are swapped live; otherwise the running data path keeps the previous
-// version until the agent has stopped it and built a new one. A rebuild
-// hands the interfaces it keeps over whole: their steering programs stay
-// attached and their AF_XDP sockets stay bound, so what arrives while the
-// workers are replaced waits in the sockets' rings and nothing is dropped
-// or leaks to the kernel untranslated (TestFleetReloadNewDIPKeepsConnections
-// asserts that the client retransmits nothing). The NAT table survives
-// rebuilds, so established connections keep their translation.
+// are swapped live; otherwise the agent builds a new data path beside the
+// running one, which keeps forwarding the previous version meanwhile, and
+// swaps them. The new data path shares the interfaces both serve: their
+// steering programs stay attached and their AF_XDP sockets stay bound, so
+// what arrives while the workers are replaced waits in the sockets' rings
+// and nothing is dropped or leaks to the kernel untranslated
+// (TestFleetReloadNewDIPKeepsConnections asserts that the client
+// retransmits nothing). What only the new version serves (a new VM port)
+// is built whole — program loaded and attached, sockets opened — before
+// the running data path is touched: if that fails (a foreign XDP program
+// on the new port, say), the new parts are released, the running data
+// path keeps forwarding, and the version is refused (logged,
+// xdplb_config_error{reason="apply"}, xdplb_datapath_build_failures_total)
+// and retried like any refused version (TestFleetReloadForeignXDPRefused).
+// An interface both serve whose index or queue count changed under the
+// agent cannot be shared (a queue takes one socket): such a version is
+// refused too, and a restart serves the interface as it is. The NAT table
+// survives rebuilds, so established connections keep their translation.
 //
 // # Failures
 //

@@ -333,7 +333,9 @@ func TestFleetDIPStopsAnswering(t *testing.T) {
 //     before, during or after the stop — and every answer comes from the
 //     same VM as the first one, which is the library's pick: the flows
 //     mux2 carried continue through mux1, which has no state for them and
-//     picks the same DIP;
+//     picks the same DIP; and survives undisturbed: from SIGTERM to the
+//     exit the client retransmits nothing and no exchange takes as long
+//     as the minimum retransmission timeout (requireNoDisruption);
 //  4. after the stop, mux1 receives the requests of the connections that
 //     mux2 carried, and its connection table gains entries for them.
 //
@@ -368,6 +370,7 @@ func TestFleetMuxStopKeepsConnections(t *testing.T) {
 	}
 	ins0 := inserts()
 	retrans0 := l.clientRetrans()
+	ex.resetSlow()
 	require.NoError(t, l.muxes[1].Terminate())
 	waitFor(t, "the router's route to the VIP through mux1 only", 30*time.Second, func() bool {
 		return slices.Equal(l.nextHops(), []netip.Addr{fleetlab.FleetMuxAddr(1)})
@@ -381,10 +384,10 @@ func TestFleetMuxStopKeepsConnections(t *testing.T) {
 		"and placed %v flows it had no entry for",
 		k, perMux[1], ex.total()-n2, rx3-rx2, ins1-ins0)
 	require.Positive(t, ins1-ins0, "mux1 placed the moved flows (new connection-table entries), by the same Maglev pick")
-	// "Survived" means no packet was lost, not that TCP recovered: a
-	// Mux that stopped forwarding before its routes were gone would
-	// pass the checks above on retransmissions alone.
-	l.requireNoRetrans(retrans0, ex, "while mux2 withdrew and stopped")
+	// "Survived" means no packet was lost and nothing stalled, not that
+	// TCP recovered: a Mux that stopped forwarding before its routes were
+	// gone would pass the checks above on retransmissions alone.
+	l.requireNoDisruption(retrans0, ex, "while mux2 withdrew and stopped")
 
 	// The connections mux2 carried, once more, one at a time: mux1
 	// receives each request.
@@ -411,7 +414,11 @@ func TestFleetMuxStopKeepsConnections(t *testing.T) {
 //  2. every connection keeps answering from the VM that first answered it
 //     (the library's pick under version 1), over several rounds of
 //     requests after the reload, and no request fails;
-//  3. new connections follow version 2: each is served by the library's
+//  3. nothing disturbed them: from the write of version 2 to three rounds
+//     after it was applied everywhere, the client retransmitted nothing
+//     and no exchange took as long as the minimum retransmission timeout
+//     (requireNoDisruption);
+//  4. new connections follow version 2: each is served by the library's
 //     version-2 pick, vm13 among them.
 //
 // Requests keep running on every connection (one every 2 ms each) while
@@ -421,9 +428,7 @@ func TestFleetMuxStopKeepsConnections(t *testing.T) {
 // ports, what a VM sent reached the host's kernel, which forwarded it
 // untranslated (source = the DIP); the client answered with a RST that
 // reset the VM's end.
-func TestFleetReloadNewDIPKeepsConnections(t *testing.T) { testReloadNewDIP(t, true) }
-
-func testReloadNewDIP(t *testing.T, underTraffic bool) {
+func TestFleetReloadNewDIPKeepsConnections(t *testing.T) {
 	l := newFleetLab(t)
 	o1 := l.oracle()
 	const k = 64
@@ -440,44 +445,31 @@ func testReloadNewDIP(t *testing.T, underTraffic bool) {
 	t.Logf("flows the version-2 table sends elsewhere: %v", moved)
 	require.NotEmpty(t, moved, "some existing flows must map to another DIP under version 2, or the test proves nothing")
 
-	var ex *exchanges
-	if underTraffic {
-		ex = startExchanges(conns, dips, 2*time.Millisecond)
-		defer ex.finish(t)
-		ex.waitRounds(t, 2)
-	} else {
-		rx0 := l.muxRX()
-		l.round(t, conns, dips, "a")
-		waitFor(t, "every request and every ACK of the last round through the Muxes", 10*time.Second, func() bool {
-			rx := l.muxRX()
-			return rx[0]-rx0[0]+rx[1]-rx0[1] >= 2*k
-		})
-	}
+	ex := startExchanges(conns, dips, 2*time.Millisecond)
+	defer ex.finish(t)
+	ex.waitRounds(t, 2)
 	h1, err := l.agentMetrics(0)
 	require.NoError(t, err)
 	builds := h1["xdplb_datapath_builds_total"]
 	retrans0 := l.clientRetrans()
+	ex.resetSlow()
 	l.writeDocuments(2, pool2)
 	l.waitApplied(2)
 	h1, err = l.agentMetrics(0)
 	require.NoError(t, err)
 	require.Equal(t, builds+1, h1["xdplb_datapath_builds_total"], "host1 rebuilt its data path for the new VM port")
-	if underTraffic {
-		ex.waitRounds(t, 3)
-		ex.finish(t)
-		t.Logf("%d connections did %d exchanges, every one answered by its first VM", k, ex.total())
-		// Logged, not asserted: the rebuild hands host1's sockets over
-		// (no drop window), which took the client's retransmissions from
-		// one per host1 connection to none in most runs, but about one run
-		// in six still loses one segment per host1 connection; the cause
-		// is open (issue 10, item 5).
-		l.logRetrans(retrans0, ex, "while the fleet applied version 2 (host1 rebuilt its data path)")
-	} else {
-		for r := 0; r < 3; r++ {
-			l.round(t, conns, dips, fmt.Sprintf("b%d", r))
-		}
-		t.Logf("%d connections: 3 rounds of requests after the reload, every one answered by its first VM", k)
-	}
+	ex.waitRounds(t, 3)
+	ex.finish(t)
+	t.Logf("%d connections did %d exchanges, every one answered by its first VM", k, ex.total())
+	// Asserted since the rebuild builds the new data path beside the
+	// running one (issue 10, items 5 and 9). Before, host1's workers
+	// stopped, then the new data path was built — the new VM port's
+	// steering program loaded and verified, its socket and UMEM made —
+	// and only then the new workers ran: what arrived meanwhile waited in
+	// the handed-over sockets' rings, and in about one run in six the
+	// wait outlasted the client's retransmission timeout (200 ms at
+	// least): one retransmission per host1 connection, nothing lost.
+	l.requireNoDisruption(retrans0, ex, "while the fleet applied version 2 (host1 rebuilt its data path)")
 
 	served := map[string]int{}
 	for i := 0; i < 200; i++ {
@@ -584,7 +576,9 @@ func (l *fleetLab) muxRX1(i int) float64 {
 // the connection's VM.
 type exchanges struct {
 	counts []atomic.Int64
-	slow   atomic.Int64 // the slowest exchange, in nanoseconds (logged, not asserted)
+	slow   atomic.Int64 // the slowest exchange since the start or resetSlow, in nanoseconds
+	slowMu sync.Mutex
+	slowOf string // which exchange that was, and when it began
 	failed atomic.Bool
 	mu     sync.Mutex
 	errs   []error
@@ -595,30 +589,13 @@ type exchanges struct {
 
 // clientRetrans returns the TCP segments the client has retransmitted
 // (Tcp.RetransSegs of its namespace).
-func (l *fleetLab) clientRetrans() uint64 {
-	l.t.Helper()
-	m, err := fleetlab.SNMP(l.client)
-	require.NoError(l.t, err)
-	return m["Tcp.RetransSegs"]
-}
+func (l *fleetLab) clientRetrans() uint64 { return nsRetrans(l.t, l.client) }
 
-// requireNoRetrans fails the test when the client retransmitted a TCP
-// segment since it had retransmitted before: a packet of its connections
-// was lost while the step (what) ran under the exchanges ex.
-func (l *fleetLab) requireNoRetrans(before uint64, ex *exchanges, what string) {
+// requireNoDisruption: see requireUndisturbed; the client's
+// retransmissions are counted since before.
+func (l *fleetLab) requireNoDisruption(before uint64, ex *exchanges, what string) {
 	l.t.Helper()
-	n := l.logRetrans(before, ex, what)
-	require.Zero(l.t, n, "the client retransmitted TCP segments %s: packets were lost", what)
-}
-
-// logRetrans logs the client's retransmissions since before and the
-// slowest exchange of ex, and returns the retransmissions.
-func (l *fleetLab) logRetrans(before uint64, ex *exchanges, what string) uint64 {
-	l.t.Helper()
-	n := l.clientRetrans() - before
-	l.t.Logf("%s: the client retransmitted %d TCP segments; the slowest exchange took %v",
-		what, n, time.Duration(ex.slow.Load()).Round(time.Millisecond))
-	return n
+	requireUndisturbed(l.t, l.clientRetrans()-before, ex, what)
 }
 
 func startExchanges(conns []*flConn, dips []string, pace time.Duration) *exchanges {
@@ -635,10 +612,13 @@ func startExchanges(conns []*flConn, dips []string, pace time.Duration) *exchang
 				}
 				began := time.Now()
 				got, err := c.get(fmt.Sprintf("x%d-%d", i, n), false, 10*time.Second)
-				for d := int64(time.Since(began)); ; {
-					if old := e.slow.Load(); d <= old || e.slow.CompareAndSwap(old, d) {
-						break
+				if d := int64(time.Since(began)); d > e.slow.Load() {
+					e.slowMu.Lock()
+					if d > e.slow.Load() {
+						e.slow.Store(d)
+						e.slowOf = fmt.Sprintf("port %d (on %s), begun %s", c.port, dips[i], began.UTC().Format("15:04:05.000"))
 					}
+					e.slowMu.Unlock()
 				}
 				if err == nil && got != dips[i] {
 					err = fmt.Errorf("answered by %s, was %s", got, dips[i])
@@ -677,6 +657,14 @@ func (e *exchanges) waitRounds(t *testing.T, n int64) {
 		return true
 	})
 	e.check(t)
+}
+
+// resetSlow forgets the slowest exchange: a step measures its own.
+func (e *exchanges) resetSlow() {
+	e.slowMu.Lock()
+	e.slow.Store(0)
+	e.slowOf = ""
+	e.slowMu.Unlock()
 }
 
 func (e *exchanges) total() int64 {

@@ -1,6 +1,7 @@
 package hostagent_test
 
 import (
+	"bufio"
 	"fmt"
 	"net"
 	"net/http"
@@ -89,7 +90,9 @@ func haDocumentOf(v uint64, vms ...fleetlab.VM) *fleetlab.Doc {
 //     accepts nothing else), echoed by either VM;
 //  4. a new document version that removes a VM port makes the agent
 //     rebuild its data path, and one that brings it back rebuilds it
-//     again; traffic follows both;
+//     again; traffic follows both, and keep-alive connections to the VM
+//     that stays exchange requests throughout without a retransmission
+//     or an exchange of 200 ms or more;
 //  5. the running version rewritten in place with other content is a
 //     conflict: both nodes keep what they run, say so in
 //     xdplb_config_error{reason="conflict"}, and apply the next version;
@@ -221,6 +224,17 @@ func TestHostAgentEndToEnd(t *testing.T) {
 	})
 
 	t.Run("4_Reload", func(t *testing.T) {
+		// Keep-alive connections to vm-a exchange requests through both
+		// rebuilds: vm-a's port stays, so its connections must not
+		// notice them.
+		conns := l.connsTo(t, "vm-a", 4)
+		dips := []string{"vm-a", "vm-a", "vm-a", "vm-a"}
+		ex := startExchanges(conns, dips, 2*time.Millisecond)
+		defer ex.finish(t)
+		ex.waitRounds(t, 2)
+		retrans0 := nsRetrans(t, l.client)
+		ex.resetSlow()
+
 		// Version 2 takes vm-b out of the pools and off the host: a VM
 		// port goes away, so the agent rebuilds its data path; the Mux
 		// reads the same file and sends every new flow to vm-a.
@@ -257,6 +271,10 @@ func TestHostAgentEndToEnd(t *testing.T) {
 		}
 		t.Logf("after version 3: %v", seen)
 		require.Len(t, seen, 2)
+		ex.waitRounds(t, 3)
+		ex.finish(t)
+		requireUndisturbed(t, nsRetrans(t, l.client)-retrans0, ex,
+			"to vm-a while the agent rebuilt its data path twice (vm_b's port removed, then added back)")
 	})
 
 	t.Run("5_VersionConflict", func(t *testing.T) {
@@ -382,6 +400,33 @@ func (l *haLab) serveVMs() {
 func (l *haLab) httpClient() *http.Client { return fleetlab.HTTPClient(l.client, 15*time.Second) }
 
 // get fetches http://VIP/ and returns the body.
+// connsTo opens n keep-alive connections from the client to the web VIP
+// that the Mux sends to the VM called vm (connections it sends elsewhere
+// are closed and replaced). The test's cleanup closes them.
+func (l *haLab) connsTo(t *testing.T, vm string, n int) []*flConn {
+	t.Helper()
+	var out []*flConn
+	for tries := 0; len(out) < n; tries++ {
+		require.Less(t, tries, 200, "%d connections to %s", n, vm)
+		var c net.Conn
+		err := l.client.Do(func() (err error) {
+			c, err = net.DialTimeout("tcp4", net.JoinHostPort(haVIP, "80"), 5*time.Second)
+			return err
+		})
+		require.NoError(t, err)
+		fc := &flConn{port: uint16(c.LocalAddr().(*net.TCPAddr).Port), c: c, br: bufio.NewReader(c)}
+		name, err := fc.get("open", false, 5*time.Second)
+		require.NoError(t, err)
+		if name != vm {
+			fc.close()
+			continue
+		}
+		t.Cleanup(fc.close)
+		out = append(out, fc)
+	}
+	return out
+}
+
 func get(hc *http.Client) (string, error) { return fleetlab.Get(hc, "http://"+haVIP+"/") }
 
 // udpEcho sends msg to VIP:7 from a new connected socket (a new flow)

@@ -24,12 +24,13 @@ var (
 	descNATClass = prometheus.NewDesc("xdplb_nat_table_class_entries", "Connections in the NAT table by trust: untrusted (new, evictable) or proven.", []string{"class"}, nil)
 	descUp       = prometheus.NewDesc("xdplb_datapath_up", "1 while the data path forwards.", nil, nil)
 	descBuilds   = prometheus.NewDesc("xdplb_datapath_builds_total", "Data path builds (the first, and one per structural document change).", nil, nil)
+	descFailed   = prometheus.NewDesc("xdplb_datapath_build_failures_total", "Data path builds that failed (a foreign XDP program on a new VM port, say): the running data path kept forwarding and the version was refused.", nil, nil)
 	descDIPs     = prometheus.NewDesc("xdplb_local_dips", "DIPs (VM addresses) hosted here, per VM port.", []string{"interface"}, nil)
 )
 
 func (c agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	nodemetrics.Describe(ch)
-	for _, d := range []*prometheus.Desc{descNAT, descNATFlows, descNATCap, descNATEv, descNATClass, descUp, descBuilds, descDIPs} {
+	for _, d := range []*prometheus.Desc{descNAT, descNATFlows, descNATCap, descNATEv, descNATClass, descUp, descBuilds, descFailed, descDIPs} {
 		ch <- d
 	}
 }
@@ -77,6 +78,7 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	counter(descBuilds, a.builds)
+	counter(descFailed, a.failed)
 	if a.plan != nil {
 		per := map[string]int{}
 		for _, e := range a.plan.Endpoints {

@@ -207,7 +207,9 @@ func (m *Mux) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("mux: load the steering program: %w", err)
 	}
+	m.mu.Lock() // Collect reads it
 	m.prog = prog
+	m.mu.Unlock()
 	defer prog.Close()
 	m.ctl.steering = prog
 
@@ -507,7 +509,9 @@ func (m *Mux) openDataPath(ifi *net.Interface, resolver *nexthop.Resolver) (*eng
 		if err != nil {
 			return nil, fmt.Errorf("mux: open %s queue %d: %w", ifi.Name, q, err)
 		}
+		m.mu.Lock() // Collect reads them
 		m.ports = append(m.ports, port)
+		m.mu.Unlock()
 		if err := m.prog.RegisterSocket(q, port.FD()); err != nil {
 			return nil, err
 		}
