@@ -147,7 +147,9 @@ func TestFloodEndToEnd(t *testing.T) {
 		make func(src netip.Addr, sport uint16) []byte
 	}{
 		{"SYN", 1, func(s netip.Addr, p uint16) []byte { return spoofedTCP(t, s, p, vip, 81, layers.TCP{SYN: true}) }},
-		{"FIN", 1, func(s netip.Addr, p uint16) []byte { return spoofedTCP(t, s, p, vip, 81, layers.TCP{FIN: true, ACK: true}) }},
+		{"FIN", 1, func(s netip.Addr, p uint16) []byte {
+			return spoofedTCP(t, s, p, vip, 81, layers.TCP{FIN: true, ACK: true})
+		}},
 		{"RST", 1, func(s netip.Addr, p uint16) []byte { return spoofedTCP(t, s, p, vip, 81, layers.TCP{RST: true}) }},
 		{"ACK-pairs", 2, func(s netip.Addr, p uint16) []byte { return spoofedTCP(t, s, p, vip, 81, layers.TCP{ACK: true}) }},
 		{"UDP", 2, func(s netip.Addr, p uint16) []byte { return spoofedUDP(t, s, p, vip, 7, 64, "flood") }},
