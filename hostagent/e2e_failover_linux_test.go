@@ -579,6 +579,9 @@ type exchanges struct {
 	slow   atomic.Int64 // the slowest exchange since the start or resetSlow, in nanoseconds
 	slowMu sync.Mutex
 	slowOf string // which exchange that was, and when it began
+	// quiet is the slowest exchange before the last resetSlow: the
+	// machine's own noise, with nothing happening to the data path.
+	quiet  time.Duration
 	failed atomic.Bool
 	mu     sync.Mutex
 	errs   []error
@@ -659,9 +662,11 @@ func (e *exchanges) waitRounds(t *testing.T, n int64) {
 	e.check(t)
 }
 
-// resetSlow forgets the slowest exchange: a step measures its own.
+// resetSlow forgets the slowest exchange (keeping it as the quiet
+// baseline): a step measures its own.
 func (e *exchanges) resetSlow() {
 	e.slowMu.Lock()
+	e.quiet = time.Duration(e.slow.Load())
 	e.slow.Store(0)
 	e.slowOf = ""
 	e.slowMu.Unlock()
