@@ -18,6 +18,23 @@
 // with reason "fragment". A first fragment is balanced like any packet.
 // Serve VIPs that must accept fragmented traffic with a 3-tuple or 2-tuple
 // all-ports rule.
+//
+// # Floods
+//
+// Every new flow enters the connection table untrusted, whatever its first
+// packet, and is promoted only by the trust rule of flow.ConnTable.Next (a
+// later packet, not a SYN, FIN or RST, at least ProveAfter after the
+// entry was stored). Untrusted entries are evictable and short-lived, so
+// floods of spoofed SYNs, FINs, RSTs, ACKs or datagrams cannot push out
+// proven flows. On top of that each VIP's untrusted entries are held to a
+// share of the table (Config.VIPShare): every worker may enter
+// VIPShare × Capacity / 2 / Workers new flows per VIP in each window of
+// one untrusted timeout (entries of at most two windows are alive at
+// once), a promotion gives its flow's place back, and a VIP past its share
+// has its new flows forwarded to their Maglev pick without an entry
+// (counted as share refusals). One attacked VIP thus cannot take the table
+// from the others. Stage.Stats and Stage.VIPStats count inserts,
+// evictions, promotions, refusals and share refusals.
 package balance
 
 import (
