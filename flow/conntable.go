@@ -554,7 +554,11 @@ func (t *ConnTable) LookupPreparedAge(q *ConnQuery, now Tick) (backend uint32, c
 // The Mux sees one direction only, so this is the proof it can have; a
 // short connection that ends before ProveAfter lives out its life
 // untrusted, which costs it nothing while the table has room, and at most
-// a re-placement by the same Maglev pick when its entry is evicted.
+// a re-placement by the same Maglev pick when its entry is evicted. A
+// spoofer that keeps state and sends each flow's packets again ProveAfter
+// later looks like a client to one-way eyes; what it can hold is bounded by
+// ConnTableConfig.ProvenShare, which keeps room for new flows, not by this
+// rule.
 func (t *ConnTable) Next(cur, seen StateClass, age Tick) StateClass {
 	if cur != ClassUntrusted {
 		return cur.Advance(seen)
