@@ -91,7 +91,11 @@
 //	port            required  1..65535, or 0 / "all" = every port
 //	vni             0         tenant VXLAN network identifier, 0..16777215
 //	distribution    5-tuple   5-tuple | 3-tuple | 2-tuple: the flow fields that pick a backend
-//	table_size      65537     Maglev table size: a prime <= 16777213, >= the number of backends
+//	table_size      auto      Maglev table size: a prime <= 16777213, >= the number of backends;
+//	                          auto (0): flow.MaglevAutoSize, the smallest of 251, 509, 1021, …
+//	                          (the largest prime below each power of two) that is >= 4093
+//	                          and >= 100 × the backends listed (whatever their health), so
+//	                          the size changes only when the pool crosses a doubling
 //	probe           none      health check (below); without one, backends count as healthy
 //	backends[]      none      the pool (below)
 //

@@ -387,7 +387,7 @@ func (d *decoder) vip(o *object) (VIP, vipMeta) {
 	}
 	sizeN := d.get(o, "table_size")
 	if sizeN != nil {
-		const want = "a prime up to 16777213, at least the number of backends; 0 means 65537"
+		const want = "a prime up to 16777213, at least the number of backends; 0 means sized by the pool"
 		if x, ok := d.uint(sizeN, path+".table_size", 0, flow.MaglevMaxSize, want); ok {
 			if x != 0 && !isPrime(x) {
 				lo, hi := primesAround(x)
@@ -444,7 +444,7 @@ func (d *decoder) vip(o *object) (VIP, vipMeta) {
 	}
 	size := uint64(v.TableSize)
 	if size == 0 {
-		size = flow.MaglevDefaultSize
+		size = uint64(flow.MaglevAutoSize(len(v.Backends), 0))
 	}
 	if uint64(len(v.Backends)) > size {
 		d.errorf(at(sizeN, o.n), path+".table_size", "%d backends do not fit a Maglev table of %d slots (want a larger prime)", len(v.Backends), size)

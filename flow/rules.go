@@ -140,13 +140,23 @@ type Rule struct {
 	// returns indices into the sorted copy.
 	Backends []Backend
 	// TableSize is the Maglev table size (a prime); 0 means
-	// MaglevDefaultSize. Each rule's table holds 2 bytes per slot.
+	// MaglevAutoSize(len(Backends), 0), sized by the whole pool (every
+	// backend, whatever its state), so health changes never resize it.
+	// Each rule's table holds 2 bytes per slot.
 	TableSize uint32
 	// ID is the rule's dense index in its snapshot (0..Len()-1),
 	// assigned by NewSnapshot, for per-VIP counters.
 	ID uint32
 
 	maglev *Maglev // over Backends: active ones with Weight > 0
+}
+
+// tableSize is the size of r's Maglev table.
+func (r *Rule) tableSize() uint32 {
+	if r.TableSize != 0 {
+		return r.TableSize
+	}
+	return MaglevAutoSize(len(r.Backends), 0)
 }
 
 // Pick returns the index in r.Backends of the backend that new flows with
@@ -302,7 +312,7 @@ var emptySnapshot = &Snapshot{}
 // defined; TableSize prime (or 0) and no smaller than the pool. Backend and
 // VIP families may differ (encapsulation carries either).
 //
-// For every rule whose VIP, TableSize and backends' (Name, effective
+// For every rule whose VIP, table size and backends' (Name, effective
 // weight) are the same as a rule of prev (effective weight: Weight if
 // Active, else 0), the new rule shares prev's Maglev table instead of
 // building one; prev may be nil. On error nothing is built.
@@ -374,7 +384,7 @@ func NewSnapshot(version uint64, rules []Rule, prev *Snapshot) (*Snapshot, error
 			b := &r.Backends[j]
 			mb = append(mb, MaglevBackend{Name: b.Name, Weight: b.tableWeight()})
 		}
-		m, err := NewMaglev(mb, r.TableSize)
+		m, err := NewMaglev(mb, r.tableSize())
 		if err != nil {
 			return nil, fmt.Errorf("%w: rule %d (%q): %w", ErrInvalidRule, i, r.Name, err)
 		}
@@ -502,7 +512,7 @@ func (r *Rule) validate() error {
 // sameTable reports whether old's Maglev table is the one r needs: same
 // size and the same (Name, effective weight) sequence (both sorted by Name).
 func sameTable(old, r *Rule) bool {
-	if old.maglev == nil || old.TableSize != r.TableSize || len(old.Backends) != len(r.Backends) {
+	if old.maglev == nil || len(old.Backends) != len(r.Backends) || old.maglev.Size() != int(r.tableSize()) {
 		return false
 	}
 	for j := range r.Backends {
