@@ -315,7 +315,8 @@ var emptySnapshot = &Snapshot{}
 // For every rule whose VIP, table size and backends' (Name, effective
 // weight) are the same as a rule of prev (effective weight: Weight if
 // Active, else 0), the new rule shares prev's Maglev table instead of
-// building one; prev may be nil. On error nothing is built.
+// building one; prev may be nil. On error nothing is built. To change only
+// some rules' backend states (health), Snapshot.ReplaceRules is cheaper.
 func NewSnapshot(version uint64, rules []Rule, prev *Snapshot) (*Snapshot, error) {
 	s := &Snapshot{Version: version}
 	if len(rules) == 0 {
@@ -391,6 +392,97 @@ func NewSnapshot(version uint64, rules []Rule, prev *Snapshot) (*Snapshot, error
 		r.maglev = m
 	}
 	return s, nil
+}
+
+// ErrNotReplaceable is returned by ReplaceRules for a replacement it
+// cannot make in place (wrapped with detail): NewSnapshot can.
+var ErrNotReplaceable = errors.New("flow: rule cannot be replaced in place")
+
+// ReplaceRules returns a snapshot with the given version that is s with
+// some rules replaced: each of rules replaces the rule of s with the same
+// VIP, and must list the same backend Names (in any order) with the same
+// table size; what may differ is everything else (backend states, weights,
+// addresses, the rule's name and mode). That is a health verdict or a
+// drain; a change of the VIP or backend sets needs NewSnapshot.
+//
+// The result is what NewSnapshot(version, all rules, s) would build, for
+// less: rules not replaced are shared with s (the same *Rule, Maglev table
+// included), backends keep their IDs, and a replaced rule builds a new
+// Maglev table only when its (Name, effective weight) sequence changed.
+// Its cost is the replaced rules' plus a copy of the two small indexes
+// that point at rules, not a rebuild of every rule. s is not changed; on
+// error nothing is built. A VIP given twice is an error.
+func (s *Snapshot) ReplaceRules(version uint64, rules []Rule) (*Snapshot, error) {
+	ns := *s
+	ns.Version = version
+	if len(rules) == 0 {
+		return &ns, nil
+	}
+	ns.rules = slices.Clone(s.rules)
+	store := make([]Rule, len(rules))
+	for i := range rules {
+		r := &store[i]
+		*r = rules[i]
+		r.maglev = nil
+		r.VIP.Addr = r.VIP.Addr.Unmap()
+		r.Backends = slices.Clone(rules[i].Backends)
+		slices.SortFunc(r.Backends, func(a, b Backend) int { return strings.Compare(a.Name, b.Name) })
+		if err := r.validate(); err != nil {
+			return nil, fmt.Errorf("%w: replacement %d (%q): %w", ErrInvalidRule, i, r.Name, err)
+		}
+		old := s.LookupVIP(r.VIP)
+		switch {
+		case old == nil:
+			return nil, fmt.Errorf("%w: replacement %d (%q): no rule serves VIP %v", ErrNotReplaceable, i, r.Name, r.VIP)
+		case ns.rules[old.ID] != old:
+			return nil, fmt.Errorf("%w: replacement %d (%q): VIP %v replaced twice", ErrNotReplaceable, i, r.Name, r.VIP)
+		case len(old.Backends) != len(r.Backends):
+			return nil, fmt.Errorf("%w: replacement %d (%q): %d backends, the rule has %d", ErrNotReplaceable, i, r.Name, len(r.Backends), len(old.Backends))
+		case old.tableSize() != r.tableSize():
+			return nil, fmt.Errorf("%w: replacement %d (%q): table size %d, the rule has %d", ErrNotReplaceable, i, r.Name, r.tableSize(), old.tableSize())
+		}
+		for j := range r.Backends {
+			if r.Backends[j].Name != old.Backends[j].Name {
+				return nil, fmt.Errorf("%w: replacement %d (%q): backend %q is not in the rule", ErrNotReplaceable, i, r.Name, r.Backends[j].Name)
+			}
+			r.Backends[j].ID = old.Backends[j].ID
+		}
+		r.ID = old.ID
+		ns.rules[r.ID] = r
+	}
+	var mb []MaglevBackend
+	for i := range store {
+		r := &store[i]
+		if old := s.rules[r.ID]; sameTable(old, r) {
+			r.maglev = old.maglev
+			continue
+		}
+		mb = mb[:0]
+		for j := range r.Backends {
+			b := &r.Backends[j]
+			mb = append(mb, MaglevBackend{Name: b.Name, Weight: b.tableWeight()})
+		}
+		m, err := NewMaglev(mb, r.tableSize())
+		if err != nil {
+			return nil, fmt.Errorf("%w: replacement %d (%q): %w", ErrInvalidRule, i, r.Name, err)
+		}
+		r.maglev = m
+	}
+	// The two indexes that hold rule pointers are copied and pointed at
+	// the replacements; slots, IDs and indices in Backends stay.
+	ns.index = slices.Clone(s.index)
+	for i := range ns.index {
+		if e := &ns.index[i]; e.rule != nil {
+			e.rule = ns.rules[e.rule.ID]
+		}
+	}
+	ns.byID = slices.Clone(s.byID)
+	for i := range ns.byID {
+		if e := &ns.byID[i]; e.rule != nil {
+			e.rule = ns.rules[e.rule.ID]
+		}
+	}
+	return &ns, nil
 }
 
 // assignIDs gives every backend its ID: the one prev had for the same VIP
