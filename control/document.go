@@ -143,7 +143,7 @@ type VIP struct {
 	// Distribution says which fields of a flow pick its backend.
 	Distribution flow.TupleMode
 	// TableSize is the Maglev table size (a prime); 0 means
-	// flow.MaglevDefaultSize.
+	// flow.MaglevAutoSize(len(Backends), 0): sized by the pool.
 	TableSize uint32
 	// Probe is the backends' health check (defaults filled in); nil means
 	// no probe: backends are taken as healthy.
@@ -197,36 +197,55 @@ type VM struct {
 // flows at all.
 func (d *Document) Rules(health func(vip, backend string) (up bool, known bool)) []flow.Rule {
 	rules := make([]flow.Rule, len(d.VIPs))
+	n := 0
 	for i := range d.VIPs {
-		v := &d.VIPs[i]
-		r := &rules[i]
-		*r = flow.Rule{
-			Name:      v.Name,
-			VIP:       flow.VIP{Addr: v.Address, Proto: v.Protocol, Port: v.Port, VNI: v.VNI},
-			Mode:      v.Distribution,
-			TableSize: v.TableSize,
-			Backends:  make([]flow.Backend, len(v.Backends)),
-		}
-		for j := range v.Backends {
-			b := &v.Backends[j]
-			state := b.State
-			if health != nil {
-				if up, known := health(v.Name, b.Name); known && !up {
-					state = flow.BackendDown
-				}
-			}
-			r.Backends[j] = flow.Backend{
-				Name:   b.Name,
-				Addr:   b.Address,
-				Port:   b.Port,
-				MAC:    b.MAC,
-				Host:   b.Host,
-				Weight: b.Weight,
-				State:  state,
-			}
-		}
+		n += len(d.VIPs[i].Backends)
+	}
+	backends := make([]flow.Backend, n) // one allocation for every pool
+	for i := range d.VIPs {
+		m := len(d.VIPs[i].Backends)
+		d.VIPs[i].rule(&rules[i], backends[:m:m], health)
+		backends = backends[m:]
 	}
 	return rules
+}
+
+// Rule converts VIP i (an index into d.VIPs) to its data-path rule, as
+// Rules does for all of them; for flow.Snapshot.ReplaceRules, when only
+// some VIPs' health changed.
+func (d *Document) Rule(i int, health func(vip, backend string) (up bool, known bool)) flow.Rule {
+	var r flow.Rule
+	d.VIPs[i].rule(&r, make([]flow.Backend, len(d.VIPs[i].Backends)), health)
+	return r
+}
+
+// rule fills r from v, with backends (len(v.Backends)) as its pool.
+func (v *VIP) rule(r *flow.Rule, backends []flow.Backend, health func(vip, backend string) (up bool, known bool)) {
+	*r = flow.Rule{
+		Name:      v.Name,
+		VIP:       flow.VIP{Addr: v.Address, Proto: v.Protocol, Port: v.Port, VNI: v.VNI},
+		Mode:      v.Distribution,
+		TableSize: v.TableSize,
+		Backends:  backends,
+	}
+	for j := range v.Backends {
+		b := &v.Backends[j]
+		state := b.State
+		if health != nil {
+			if up, known := health(v.Name, b.Name); known && !up {
+				state = flow.BackendDown
+			}
+		}
+		r.Backends[j] = flow.Backend{
+			Name:   b.Name,
+			Addr:   b.Address,
+			Port:   b.Port,
+			MAC:    b.MAC,
+			Host:   b.Host,
+			Weight: b.Weight,
+			State:  state,
+		}
+	}
 }
 
 // Prefixes returns the host prefixes (/32, /128) of the document's VIP

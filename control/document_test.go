@@ -186,3 +186,20 @@ func TestExampleFileIsInDocComment(t *testing.T) {
 	require.NoError(t, err, doc.String())
 	assert.Len(t, d.VIPs[0].Backends, 2)
 }
+
+// TestRuleMatchesRules: converting one VIP gives what Rules gives for it,
+// with and without health, and the pools do not share memory.
+func TestRuleMatchesRules(t *testing.T) {
+	d := loadExample(t)
+	down := func(vip, backend string) (bool, bool) { return backend != "vm-a", true }
+	for _, h := range []func(vip, backend string) (bool, bool){nil, down} {
+		rules := d.Rules(h)
+		for i := range d.VIPs {
+			r := d.Rule(i, h)
+			require.Equal(t, rules[i], r, "VIP %d", i)
+		}
+	}
+	rules := d.Rules(nil)
+	rules[0].Backends = append(rules[0].Backends, flow.Backend{Name: "extra"})
+	assert.NotEqual(t, "extra", rules[1].Backends[0].Name, "appending to one pool leaves the next alone")
+}
