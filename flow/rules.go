@@ -292,11 +292,13 @@ func (s *Snapshot) addAnyVIP(addr *[16]byte, family uint8) {
 	}
 }
 
-// idSlot places one backend ID; id 0 marks an empty slot.
+// idSlot places one backend ID; id 0 marks an empty slot. It names the
+// rule by its ID, not a pointer, so that a snapshot whose rules changed
+// but whose backends did not (ReplaceRules) shares the whole index.
 type idSlot struct {
 	id   uint32
 	idx  uint32 // index in rule.Backends
-	rule *Rule
+	rule uint32 // Rule.ID
 }
 
 // emptySnapshot is what Rules.Load returns before anything is stored.
@@ -409,8 +411,8 @@ var ErrNotReplaceable = errors.New("flow: rule cannot be replaced in place")
 // less: rules not replaced are shared with s (the same *Rule, Maglev table
 // included), backends keep their IDs, and a replaced rule builds a new
 // Maglev table only when its (Name, effective weight) sequence changed.
-// Its cost is the replaced rules' plus a copy of the two small indexes
-// that point at rules, not a rebuild of every rule. s is not changed; on
+// Its cost is the replaced rules' plus a copy of the VIP index (32 bytes
+// per two rules), not a rebuild of every rule. s is not changed; on
 // error nothing is built. A VIP given twice is an error.
 func (s *Snapshot) ReplaceRules(version uint64, rules []Rule) (*Snapshot, error) {
 	ns := *s
@@ -468,17 +470,13 @@ func (s *Snapshot) ReplaceRules(version uint64, rules []Rule) (*Snapshot, error)
 		}
 		r.maglev = m
 	}
-	// The two indexes that hold rule pointers are copied and pointed at
-	// the replacements; slots, IDs and indices in Backends stay.
+	// The VIP index holds rule pointers (one load less per packet): it is
+	// copied and pointed at the replacements. The backend ID index names
+	// rules by ID and backends by their place, which did not change: it is
+	// shared.
 	ns.index = slices.Clone(s.index)
 	for i := range ns.index {
 		if e := &ns.index[i]; e.rule != nil {
-			e.rule = ns.rules[e.rule.ID]
-		}
-	}
-	ns.byID = slices.Clone(s.byID)
-	for i := range ns.byID {
-		if e := &ns.byID[i]; e.rule != nil {
 			e.rule = ns.rules[e.rule.ID]
 		}
 	}
@@ -546,7 +544,7 @@ func (s *Snapshot) idTaken(id uint32) bool {
 func (s *Snapshot) putID(id uint32, r *Rule, idx int) {
 	for i := idHash(id) & s.idMask; ; i = (i + 1) & s.idMask {
 		if e := &s.byID[i]; e.id == 0 {
-			*e = idSlot{id: id, idx: uint32(idx), rule: r}
+			*e = idSlot{id: id, idx: uint32(idx), rule: r.ID}
 			return
 		}
 	}
@@ -563,7 +561,7 @@ func (s *Snapshot) Backend(id uint32) (r *Rule, idx int, ok bool) {
 	for i := idHash(id) & s.idMask; ; i = (i + 1) & s.idMask {
 		e := &s.byID[i]
 		if e.id == id {
-			return e.rule, int(e.idx), true
+			return s.rules[e.rule], int(e.idx), true
 		}
 		if e.id == 0 {
 			return nil, -1, false
