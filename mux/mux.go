@@ -156,7 +156,7 @@ func New(cfg Config) (*Mux, error) {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
 	m.checker, err = health.NewChecker(health.CheckerConfig{Logger: cfg.Logger, Source: cfg.ProbeSource,
-		OnChange: func(ev health.Event) { m.ctl.HealthChanged(ev) }})
+		OnChanges: func(evs []health.Event) { m.ctl.HealthChanged(evs...) }})
 	if err != nil {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
