@@ -32,7 +32,9 @@
 //
 // Controller is the part that needs no privileges (documents and health
 // verdicts in, rules, steering rules and announcements out); Mux is the
-// whole node, as examples/mux runs it.
+// whole node, as examples/mux runs it. Health verdicts reach it in batches
+// (health.CheckerConfig.OnChanges: whatever queued up while the previous
+// batch was applied) and rebuild only the rules of the VIPs they name.
 package mux
 
 import (
