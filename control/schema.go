@@ -16,7 +16,7 @@ import (
 
 // Known keys of each mapping, in the order Marshal writes them.
 var (
-	documentKeys = []string{"version", "written", "hash_seed", "node", "infra_prefixes", "mux_prefixes", "bgp", "vips", "hosts", "checksum"}
+	documentKeys = []string{"version", "written", "hash_seed", "maglev_min_table_size", "node", "infra_prefixes", "mux_prefixes", "bgp", "vips", "hosts", "checksum"}
 	nodeKeys     = []string{"name"}
 	bgpKeys      = []string{"asn", "router_id", "listen_port", "listen_addresses", "hold_time", "withdraw_grace", "next_hop", "next_hop6", "peers"}
 	peerKeys     = []string{"address", "asn", "port", "passive", "password", "ttl_security"}
@@ -117,6 +117,10 @@ func (d *decoder) document(root *yaml.Node) *Document {
 	}
 	if v := d.get(o, "hash_seed"); v != nil {
 		doc.HashSeed, _ = d.uint(v, "hash_seed", 0, math.MaxUint64, "0..2^64-1, decimal or 0x hex")
+	}
+	if v := d.get(o, "maglev_min_table_size"); v != nil {
+		x, _ := d.uint(v, "maglev_min_table_size", 0, flow.MaglevMaxSize, "0..16777213; rounded up to the sizes table_size defaults to")
+		doc.MaglevMinTableSize = uint32(x)
 	}
 	if no := d.object(o.vals["node"], "node", nodeKeys); no != nil {
 		if v := d.get(no, "name"); v != nil {
