@@ -37,6 +37,9 @@ func ExampleAccount() {
 	_, err := rules.Update(1, []flow.Rule{{
 		Name: "dns",
 		VIP:  flow.VIP{Addr: netip.MustParseAddr("198.18.100.1"), Proto: flow.ProtoUDP, Port: 53},
+		// A pinned table size keeps the example's picks (both DIPs used)
+		// whatever the default size is.
+		TableSize: flow.MaglevDefaultSize,
 		Backends: []flow.Backend{
 			{Name: "dip1", Addr: netip.MustParseAddr("10.0.0.1"), Weight: 1},
 			{Name: "dip2", Addr: netip.MustParseAddr("10.0.0.2"), Weight: 1},

@@ -134,6 +134,9 @@ func ourRules(pools []pool) (*flow.Rules, error) {
 			Name: fmt.Sprintf("vip%d", i),
 			VIP:  flow.VIP{Addr: p.vip, Proto: p.proto, Port: p.port},
 			Mode: flow.Tuple5,
+			// The peer's table size, so both look up the same amount of
+			// memory.
+			TableSize: flow.MaglevDefaultSize,
 		}
 		for j, name := range p.backends {
 			r.Backends = append(r.Backends, flow.Backend{

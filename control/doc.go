@@ -59,6 +59,8 @@
 //	version         required  integer >= 1
 //	written         optional  RFC 3339 time the document was written (sync-delay metric)
 //	hash_seed       0         fleet-wide flow hash seed (flow.NewHasher), 0..2^64-1
+//	maglev_min_table_size 0   smallest Maglev table of a VIP without table_size, 0..16777213
+//	                          (0: 4093), rounded up to the sizes listed under table_size
 //	node.name       ""        this node's identity; a Host Agent picks its host by it
 //	infra_prefixes  none      prefixes (no host bits) whose traffic is never NATed
 //	mux_prefixes    none      prefixes (no host bits) the Muxes send VXLAN from; Host Agents accept
@@ -91,7 +93,12 @@
 //	port            required  1..65535, or 0 / "all" = every port
 //	vni             0         tenant VXLAN network identifier, 0..16777215
 //	distribution    5-tuple   5-tuple | 3-tuple | 2-tuple: the flow fields that pick a backend
-//	table_size      65537     Maglev table size: a prime <= 16777213, >= the number of backends
+//	table_size      auto      Maglev table size: a prime <= 16777213, >= the number of backends;
+//	                          auto (0): flow.MaglevAutoSize, the smallest of 251, 509, 1021, …
+//	                          (the largest prime below each power of two) that is
+//	                          >= maglev_min_table_size (default 4093) and >= 100 × the
+//	                          backends listed (whatever their health), so the size
+//	                          changes only when the pool crosses a doubling
 //	probe           none      health check (below); without one, backends count as healthy
 //	backends[]      none      the pool (below)
 //

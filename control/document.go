@@ -53,6 +53,11 @@ type Document struct {
 	Written time.Time
 	// HashSeed is the fleet-wide flow hash seed (flow.NewHasher).
 	HashSeed uint64
+	// MaglevMinTableSize is the min of flow.MaglevAutoSize for VIPs
+	// without a TableSize; 0 means flow.MaglevMinAutoSize. A larger one
+	// trades memory for fewer size changes as pools grow and less
+	// disruption when a backend leaves.
+	MaglevMinTableSize uint32
 	// Node names the node the document is for (optional).
 	Node Node
 	// InfraPrefixes are infrastructure source prefixes (health probers,
@@ -143,7 +148,8 @@ type VIP struct {
 	// Distribution says which fields of a flow pick its backend.
 	Distribution flow.TupleMode
 	// TableSize is the Maglev table size (a prime); 0 means
-	// flow.MaglevDefaultSize.
+	// flow.MaglevAutoSize(len(Backends), Document.MaglevMinTableSize):
+	// sized by the pool.
 	TableSize uint32
 	// Probe is the backends' health check (defaults filled in); nil means
 	// no probe: backends are taken as healthy.
@@ -197,36 +203,60 @@ type VM struct {
 // flows at all.
 func (d *Document) Rules(health func(vip, backend string) (up bool, known bool)) []flow.Rule {
 	rules := make([]flow.Rule, len(d.VIPs))
+	n := 0
 	for i := range d.VIPs {
-		v := &d.VIPs[i]
-		r := &rules[i]
-		*r = flow.Rule{
-			Name:      v.Name,
-			VIP:       flow.VIP{Addr: v.Address, Proto: v.Protocol, Port: v.Port, VNI: v.VNI},
-			Mode:      v.Distribution,
-			TableSize: v.TableSize,
-			Backends:  make([]flow.Backend, len(v.Backends)),
-		}
-		for j := range v.Backends {
-			b := &v.Backends[j]
-			state := b.State
-			if health != nil {
-				if up, known := health(v.Name, b.Name); known && !up {
-					state = flow.BackendDown
-				}
-			}
-			r.Backends[j] = flow.Backend{
-				Name:   b.Name,
-				Addr:   b.Address,
-				Port:   b.Port,
-				MAC:    b.MAC,
-				Host:   b.Host,
-				Weight: b.Weight,
-				State:  state,
-			}
-		}
+		n += len(d.VIPs[i].Backends)
+	}
+	backends := make([]flow.Backend, n) // one allocation for every pool
+	for i := range d.VIPs {
+		m := len(d.VIPs[i].Backends)
+		d.VIPs[i].rule(&rules[i], backends[:m:m], d.MaglevMinTableSize, health)
+		backends = backends[m:]
 	}
 	return rules
+}
+
+// Rule converts VIP i (an index into d.VIPs) to its data-path rule, as
+// Rules does for all of them; for flow.Snapshot.ReplaceRules, when only
+// some VIPs' health changed.
+func (d *Document) Rule(i int, health func(vip, backend string) (up bool, known bool)) flow.Rule {
+	var r flow.Rule
+	d.VIPs[i].rule(&r, make([]flow.Backend, len(d.VIPs[i].Backends)), d.MaglevMinTableSize, health)
+	return r
+}
+
+// rule fills r from v, with backends (len(v.Backends)) as its pool and a
+// table sized with minSize when v has no TableSize.
+func (v *VIP) rule(r *flow.Rule, backends []flow.Backend, minSize uint32, health func(vip, backend string) (up bool, known bool)) {
+	size := v.TableSize
+	if size == 0 && minSize != 0 {
+		size = flow.MaglevAutoSize(len(v.Backends), minSize)
+	}
+	*r = flow.Rule{
+		Name:      v.Name,
+		VIP:       flow.VIP{Addr: v.Address, Proto: v.Protocol, Port: v.Port, VNI: v.VNI},
+		Mode:      v.Distribution,
+		TableSize: size,
+		Backends:  backends,
+	}
+	for j := range v.Backends {
+		b := &v.Backends[j]
+		state := b.State
+		if health != nil {
+			if up, known := health(v.Name, b.Name); known && !up {
+				state = flow.BackendDown
+			}
+		}
+		r.Backends[j] = flow.Backend{
+			Name:   b.Name,
+			Addr:   b.Address,
+			Port:   b.Port,
+			MAC:    b.MAC,
+			Host:   b.Host,
+			Weight: b.Weight,
+			State:  state,
+		}
+	}
 }
 
 // Prefixes returns the host prefixes (/32, /128) of the document's VIP

@@ -186,3 +186,61 @@ func TestExampleFileIsInDocComment(t *testing.T) {
 	require.NoError(t, err, doc.String())
 	assert.Len(t, d.VIPs[0].Backends, 2)
 }
+
+// TestRuleMatchesRules: converting one VIP gives what Rules gives for it,
+// with and without health, and the pools do not share memory.
+func TestRuleMatchesRules(t *testing.T) {
+	d := loadExample(t)
+	down := func(vip, backend string) (bool, bool) { return backend != "vm-a", true }
+	for _, h := range []func(vip, backend string) (bool, bool){nil, down} {
+		rules := d.Rules(h)
+		for i := range d.VIPs {
+			r := d.Rule(i, h)
+			require.Equal(t, rules[i], r, "VIP %d", i)
+		}
+	}
+	rules := d.Rules(nil)
+	rules[0].Backends = append(rules[0].Backends, flow.Backend{Name: "extra"})
+	assert.NotEqual(t, "extra", rules[1].Backends[0].Name, "appending to one pool leaves the next alone")
+}
+
+// TestMaglevMinTableSize: maglev_min_table_size sizes the tables of VIPs
+// without table_size (rounded up to the ladder), leaves explicit sizes
+// alone, and survives Marshal.
+func TestMaglevMinTableSize(t *testing.T) {
+	src := `
+version: 1
+maglev_min_table_size: 20000
+vips:
+  - name: auto
+    address: 198.18.100.1
+    protocol: tcp
+    port: 80
+    backends:
+      - {address: 198.19.1.1, mac: "02:00:00:00:01:01", host: 198.19.0.1}
+  - name: pinned
+    address: 198.18.100.2
+    protocol: tcp
+    port: 80
+    table_size: 251
+    backends:
+      - {address: 198.19.1.2, mac: "02:00:00:00:01:02", host: 198.19.0.1}
+`
+	d, err := Parse([]byte(src))
+	require.NoError(t, err)
+	require.EqualValues(t, 20000, d.MaglevMinTableSize)
+	rules := d.Rules(nil)
+	assert.EqualValues(t, 32749, rules[0].TableSize, "the rung at or above 20000")
+	assert.EqualValues(t, 251, rules[1].TableSize)
+	assert.Equal(t, rules[0], d.Rule(0, nil))
+	out, err := d.Marshal()
+	require.NoError(t, err)
+	again, err := Parse(out)
+	require.NoError(t, err)
+	assert.Equal(t, d.MaglevMinTableSize, again.MaglevMinTableSize)
+
+	d.MaglevMinTableSize = 0
+	assert.Zero(t, d.Rules(nil)[0].TableSize, "no minimum: the flow package sizes it")
+	_, err = Parse([]byte("version: 1\nmaglev_min_table_size: 16777214\n"))
+	require.Error(t, err)
+}

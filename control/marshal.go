@@ -24,6 +24,9 @@ func (d *Document) Marshal() ([]byte, error) {
 		add(root, "written", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!timestamp", Value: d.Written.Format(time.RFC3339Nano)})
 	}
 	add(root, "hash_seed", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: "0x" + strconv.FormatUint(d.HashSeed, 16)})
+	if d.MaglevMinTableSize != 0 {
+		add(root, "maglev_min_table_size", uintNode(uint64(d.MaglevMinTableSize)))
+	}
 	if d.Node.Name != "" {
 		n := mapping()
 		add(n, "name", strNode(d.Node.Name))

@@ -16,7 +16,7 @@ import (
 
 // Known keys of each mapping, in the order Marshal writes them.
 var (
-	documentKeys = []string{"version", "written", "hash_seed", "node", "infra_prefixes", "mux_prefixes", "bgp", "vips", "hosts", "checksum"}
+	documentKeys = []string{"version", "written", "hash_seed", "maglev_min_table_size", "node", "infra_prefixes", "mux_prefixes", "bgp", "vips", "hosts", "checksum"}
 	nodeKeys     = []string{"name"}
 	bgpKeys      = []string{"asn", "router_id", "listen_port", "listen_addresses", "hold_time", "withdraw_grace", "next_hop", "next_hop6", "peers"}
 	peerKeys     = []string{"address", "asn", "port", "passive", "password", "ttl_security"}
@@ -117,6 +117,10 @@ func (d *decoder) document(root *yaml.Node) *Document {
 	}
 	if v := d.get(o, "hash_seed"); v != nil {
 		doc.HashSeed, _ = d.uint(v, "hash_seed", 0, math.MaxUint64, "0..2^64-1, decimal or 0x hex")
+	}
+	if v := d.get(o, "maglev_min_table_size"); v != nil {
+		x, _ := d.uint(v, "maglev_min_table_size", 0, flow.MaglevMaxSize, "0..16777213; rounded up to the sizes table_size defaults to")
+		doc.MaglevMinTableSize = uint32(x)
 	}
 	if no := d.object(o.vals["node"], "node", nodeKeys); no != nil {
 		if v := d.get(no, "name"); v != nil {
@@ -387,7 +391,7 @@ func (d *decoder) vip(o *object) (VIP, vipMeta) {
 	}
 	sizeN := d.get(o, "table_size")
 	if sizeN != nil {
-		const want = "a prime up to 16777213, at least the number of backends; 0 means 65537"
+		const want = "a prime up to 16777213, at least the number of backends; 0 means sized by the pool"
 		if x, ok := d.uint(sizeN, path+".table_size", 0, flow.MaglevMaxSize, want); ok {
 			if x != 0 && !isPrime(x) {
 				lo, hi := primesAround(x)
@@ -444,7 +448,7 @@ func (d *decoder) vip(o *object) (VIP, vipMeta) {
 	}
 	size := uint64(v.TableSize)
 	if size == 0 {
-		size = flow.MaglevDefaultSize
+		size = uint64(flow.MaglevAutoSize(len(v.Backends), 0))
 	}
 	if uint64(len(v.Backends)) > size {
 		d.errorf(at(sizeN, o.n), path+".table_size", "%d backends do not fit a Maglev table of %d slots (want a larger prime)", len(v.Backends), size)

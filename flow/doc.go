@@ -28,7 +28,10 @@
 // from (Name, Weight) pairs, it maps a flow hash to a backend so that load
 // follows weights, every Mux builds the same table from the same set in any
 // order, and removing a backend moves few flows of the others. A weight of
-// 0 drains a backend. Lookup is one multiply and one load.
+// 0 drains a backend. Lookup is one multiply and one load. A rule without a
+// table size gets MaglevAutoSize(pool size): at least 4093 slots and 100
+// per listed backend, on a ladder of primes, so that many VIPs stay small
+// and a health change never resizes a table.
 //
 // # Connection table
 //
@@ -45,7 +48,9 @@
 // (Snapshot.Lookup: exact port first, then the VIP's all-ports rule) and
 // picks a backend for a new flow with Rule.Pick. Rules.Update applies a new
 // version whole or not at all, rebuilding only the Maglev tables whose
-// backends changed.
+// backends changed. Snapshot.ReplaceRules is the cheap path for health:
+// it replaces some rules' backend states and shares everything else (other
+// rules, their tables, backend IDs) with the running snapshot.
 //
 // The balance step of a Mux, per packet, is therefore: find the rule
 // (snap.Lookup(&key); nil means the packet is not for a VIP), keep the

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/big"
 	"math/bits"
 	"slices"
 	"strings"
@@ -60,6 +59,52 @@ const MaglevDefaultSize = 65537
 // prime below 2^24).
 const MaglevMaxSize = 16777213
 
+// MaglevMinAutoSize is the smallest table MaglevAutoSize picks by default
+// (the largest prime below 2^12): pools of up to 40 backends get it.
+const MaglevMinAutoSize = 4093
+
+// MaglevSlotsPerBackend is the number of slots per backend MaglevAutoSize
+// asks for at least: the paper's M ≥ 100·N, which keeps each backend's
+// share within about a percent of its weight share and the flows moved by
+// a pool change close to the minimum.
+const MaglevSlotsPerBackend = 100
+
+// maglevSizes are the table sizes MaglevAutoSize chooses from: the largest
+// prime below each power of two from 2^8 to 2^24.
+var maglevSizes = [...]uint32{251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521,
+	131071, 262139, 524287, 1048573, 2097143, 4194301, 8388593, MaglevMaxSize}
+
+// MaglevAutoSize returns the table size for a pool of n backends when none
+// is configured: the smallest of a fixed ladder of primes (the largest
+// prime below each power of two, 251 to MaglevMaxSize) that is at least
+// min and at least MaglevSlotsPerBackend·n; MaglevMaxSize when none is.
+// min 0 means MaglevMinAutoSize.
+//
+// n must count every backend the configuration lists, whatever its health,
+// state or weight: then a health verdict or a drain never changes the size,
+// and the table keeps Maglev's minimal disruption. The size changes only
+// when the configured pool grows or shrinks across a rung of the ladder (a
+// doubling); that change remaps new flows as a fresh table would (flows in a
+// connection table stay where they are). Pin the size (Rule.TableSize, the
+// document's table_size) where that matters more than memory.
+//
+// Why not one size for all: a table holds 2 bytes per slot, so MaglevDefaultSize
+// for each of 10k VIPs is 1.3 GB and 655M slots to fill; sized by pool, 10k
+// VIPs of 10 backends take 80 MB.
+func MaglevAutoSize(n int, min uint32) uint32 {
+	if min == 0 {
+		min = MaglevMinAutoSize
+	}
+	want := uint64(max(n, 0)) * MaglevSlotsPerBackend
+	want = max(want, uint64(min))
+	for _, p := range maglevSizes {
+		if uint64(p) >= want {
+			return p
+		}
+	}
+	return MaglevMaxSize
+}
+
 // Seeds of the two name hashes of maglev-v1 ("maglev-1" and "skip-v1.").
 const (
 	maglevSeedOffset = 0x6d61676c65762d31
@@ -106,7 +151,7 @@ func NewMaglev(backends []MaglevBackend, size uint32) (*Maglev, error) {
 	if size > MaglevMaxSize {
 		return nil, fmt.Errorf("%w: %d is larger than %d", ErrMaglevSize, size, MaglevMaxSize)
 	}
-	if size < 2 || !big.NewInt(int64(size)).ProbablyPrime(0) {
+	if !isPrime32(size) {
 		return nil, fmt.Errorf("%w: %d is not prime", ErrMaglevSize, size)
 	}
 	if len(backends) > int(size) {
@@ -199,6 +244,56 @@ func NewMaglev(backends []MaglevBackend, size uint32) (*Maglev, error) {
 			t.pos = p
 		}
 	}
+}
+
+// isPrime32 reports whether n is prime: Miller–Rabin with the bases 2, 7
+// and 61, which is exact for every n below 4759123141 (Jaeschke, 1993).
+// (math/big's ProbablyPrime seeds a random source on every call, which
+// was a tenth of building 10k small tables.)
+func isPrime32(n uint32) bool {
+	if n < 2 {
+		return false
+	}
+	for _, p := range [...]uint32{2, 3, 5, 7, 61} {
+		if n%p == 0 {
+			return n == p
+		}
+	}
+	d, r := uint64(n-1), 0
+	for d%2 == 0 {
+		d /= 2
+		r++
+	}
+	m := uint64(n)
+	for _, a := range [...]uint64{2, 7, 61} {
+		x := powMod(a, d, m)
+		if x == 1 || x == m-1 {
+			continue
+		}
+		composite := true
+		for i := 1; i < r; i++ {
+			if x = x * x % m; x == m-1 {
+				composite = false
+				break
+			}
+		}
+		if composite {
+			return false
+		}
+	}
+	return true
+}
+
+// powMod returns b^e mod m for m < 2^32 (products fit 64 bits).
+func powMod(b, e, m uint64) uint64 {
+	x := uint64(1)
+	for b %= m; e > 0; e >>= 1 {
+		if e&1 != 0 {
+			x = x * b % m
+		}
+		b = b * b % m
+	}
+	return x
 }
 
 // nameHash is XXH64(name) with a seed.

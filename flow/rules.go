@@ -140,13 +140,23 @@ type Rule struct {
 	// returns indices into the sorted copy.
 	Backends []Backend
 	// TableSize is the Maglev table size (a prime); 0 means
-	// MaglevDefaultSize. Each rule's table holds 2 bytes per slot.
+	// MaglevAutoSize(len(Backends), 0), sized by the whole pool (every
+	// backend, whatever its state), so health changes never resize it.
+	// Each rule's table holds 2 bytes per slot.
 	TableSize uint32
 	// ID is the rule's dense index in its snapshot (0..Len()-1),
 	// assigned by NewSnapshot, for per-VIP counters.
 	ID uint32
 
 	maglev *Maglev // over Backends: active ones with Weight > 0
+}
+
+// tableSize is the size of r's Maglev table.
+func (r *Rule) tableSize() uint32 {
+	if r.TableSize != 0 {
+		return r.TableSize
+	}
+	return MaglevAutoSize(len(r.Backends), 0)
 }
 
 // Pick returns the index in r.Backends of the backend that new flows with
@@ -282,11 +292,13 @@ func (s *Snapshot) addAnyVIP(addr *[16]byte, family uint8) {
 	}
 }
 
-// idSlot places one backend ID; id 0 marks an empty slot.
+// idSlot places one backend ID; id 0 marks an empty slot. It names the
+// rule by its ID, not a pointer, so that a snapshot whose rules changed
+// but whose backends did not (ReplaceRules) shares the whole index.
 type idSlot struct {
 	id   uint32
 	idx  uint32 // index in rule.Backends
-	rule *Rule
+	rule uint32 // Rule.ID
 }
 
 // emptySnapshot is what Rules.Load returns before anything is stored.
@@ -302,10 +314,11 @@ var emptySnapshot = &Snapshot{}
 // defined; TableSize prime (or 0) and no smaller than the pool. Backend and
 // VIP families may differ (encapsulation carries either).
 //
-// For every rule whose VIP, TableSize and backends' (Name, effective
+// For every rule whose VIP, table size and backends' (Name, effective
 // weight) are the same as a rule of prev (effective weight: Weight if
 // Active, else 0), the new rule shares prev's Maglev table instead of
-// building one; prev may be nil. On error nothing is built.
+// building one; prev may be nil. On error nothing is built. To change only
+// some rules' backend states (health), Snapshot.ReplaceRules is cheaper.
 func NewSnapshot(version uint64, rules []Rule, prev *Snapshot) (*Snapshot, error) {
 	s := &Snapshot{Version: version}
 	if len(rules) == 0 {
@@ -374,13 +387,100 @@ func NewSnapshot(version uint64, rules []Rule, prev *Snapshot) (*Snapshot, error
 			b := &r.Backends[j]
 			mb = append(mb, MaglevBackend{Name: b.Name, Weight: b.tableWeight()})
 		}
-		m, err := NewMaglev(mb, r.TableSize)
+		m, err := NewMaglev(mb, r.tableSize())
 		if err != nil {
 			return nil, fmt.Errorf("%w: rule %d (%q): %w", ErrInvalidRule, i, r.Name, err)
 		}
 		r.maglev = m
 	}
 	return s, nil
+}
+
+// ErrNotReplaceable is returned by ReplaceRules for a replacement it
+// cannot make in place (wrapped with detail): NewSnapshot can.
+var ErrNotReplaceable = errors.New("flow: rule cannot be replaced in place")
+
+// ReplaceRules returns a snapshot with the given version that is s with
+// some rules replaced: each of rules replaces the rule of s with the same
+// VIP, and must list the same backend Names (in any order) with the same
+// table size; what may differ is everything else (backend states, weights,
+// addresses, the rule's name and mode). That is a health verdict or a
+// drain; a change of the VIP or backend sets needs NewSnapshot.
+//
+// The result is what NewSnapshot(version, all rules, s) would build, for
+// less: rules not replaced are shared with s (the same *Rule, Maglev table
+// included), backends keep their IDs, and a replaced rule builds a new
+// Maglev table only when its (Name, effective weight) sequence changed.
+// Its cost is the replaced rules' plus a copy of the VIP index (32 bytes
+// per two rules), not a rebuild of every rule. s is not changed; on
+// error nothing is built. A VIP given twice is an error.
+func (s *Snapshot) ReplaceRules(version uint64, rules []Rule) (*Snapshot, error) {
+	ns := *s
+	ns.Version = version
+	if len(rules) == 0 {
+		return &ns, nil
+	}
+	ns.rules = slices.Clone(s.rules)
+	store := make([]Rule, len(rules))
+	for i := range rules {
+		r := &store[i]
+		*r = rules[i]
+		r.maglev = nil
+		r.VIP.Addr = r.VIP.Addr.Unmap()
+		r.Backends = slices.Clone(rules[i].Backends)
+		slices.SortFunc(r.Backends, func(a, b Backend) int { return strings.Compare(a.Name, b.Name) })
+		if err := r.validate(); err != nil {
+			return nil, fmt.Errorf("%w: replacement %d (%q): %w", ErrInvalidRule, i, r.Name, err)
+		}
+		old := s.LookupVIP(r.VIP)
+		switch {
+		case old == nil:
+			return nil, fmt.Errorf("%w: replacement %d (%q): no rule serves VIP %v", ErrNotReplaceable, i, r.Name, r.VIP)
+		case ns.rules[old.ID] != old:
+			return nil, fmt.Errorf("%w: replacement %d (%q): VIP %v replaced twice", ErrNotReplaceable, i, r.Name, r.VIP)
+		case len(old.Backends) != len(r.Backends):
+			return nil, fmt.Errorf("%w: replacement %d (%q): %d backends, the rule has %d", ErrNotReplaceable, i, r.Name, len(r.Backends), len(old.Backends))
+		case old.tableSize() != r.tableSize():
+			return nil, fmt.Errorf("%w: replacement %d (%q): table size %d, the rule has %d", ErrNotReplaceable, i, r.Name, r.tableSize(), old.tableSize())
+		}
+		for j := range r.Backends {
+			if r.Backends[j].Name != old.Backends[j].Name {
+				return nil, fmt.Errorf("%w: replacement %d (%q): backend %q is not in the rule", ErrNotReplaceable, i, r.Name, r.Backends[j].Name)
+			}
+			r.Backends[j].ID = old.Backends[j].ID
+		}
+		r.ID = old.ID
+		ns.rules[r.ID] = r
+	}
+	var mb []MaglevBackend
+	for i := range store {
+		r := &store[i]
+		if old := s.rules[r.ID]; sameTable(old, r) {
+			r.maglev = old.maglev
+			continue
+		}
+		mb = mb[:0]
+		for j := range r.Backends {
+			b := &r.Backends[j]
+			mb = append(mb, MaglevBackend{Name: b.Name, Weight: b.tableWeight()})
+		}
+		m, err := NewMaglev(mb, r.tableSize())
+		if err != nil {
+			return nil, fmt.Errorf("%w: replacement %d (%q): %w", ErrInvalidRule, i, r.Name, err)
+		}
+		r.maglev = m
+	}
+	// The VIP index holds rule pointers (one load less per packet): it is
+	// copied and pointed at the replacements. The backend ID index names
+	// rules by ID and backends by their place, which did not change: it is
+	// shared.
+	ns.index = slices.Clone(s.index)
+	for i := range ns.index {
+		if e := &ns.index[i]; e.rule != nil {
+			e.rule = ns.rules[e.rule.ID]
+		}
+	}
+	return &ns, nil
 }
 
 // assignIDs gives every backend its ID: the one prev had for the same VIP
@@ -444,7 +544,7 @@ func (s *Snapshot) idTaken(id uint32) bool {
 func (s *Snapshot) putID(id uint32, r *Rule, idx int) {
 	for i := idHash(id) & s.idMask; ; i = (i + 1) & s.idMask {
 		if e := &s.byID[i]; e.id == 0 {
-			*e = idSlot{id: id, idx: uint32(idx), rule: r}
+			*e = idSlot{id: id, idx: uint32(idx), rule: r.ID}
 			return
 		}
 	}
@@ -461,7 +561,7 @@ func (s *Snapshot) Backend(id uint32) (r *Rule, idx int, ok bool) {
 	for i := idHash(id) & s.idMask; ; i = (i + 1) & s.idMask {
 		e := &s.byID[i]
 		if e.id == id {
-			return e.rule, int(e.idx), true
+			return s.rules[e.rule], int(e.idx), true
 		}
 		if e.id == 0 {
 			return nil, -1, false
@@ -502,7 +602,7 @@ func (r *Rule) validate() error {
 // sameTable reports whether old's Maglev table is the one r needs: same
 // size and the same (Name, effective weight) sequence (both sorted by Name).
 func sameTable(old, r *Rule) bool {
-	if old.maglev == nil || old.TableSize != r.TableSize || len(old.Backends) != len(r.Backends) {
+	if old.maglev == nil || len(old.Backends) != len(r.Backends) || old.maglev.Size() != int(r.tableSize()) {
 		return false
 	}
 	for j := range r.Backends {

@@ -41,6 +41,14 @@ type CheckerConfig struct {
 	// OnChange, when set, is told of every state change. See Checker for
 	// how and when it is called.
 	OnChange func(Event)
+	// OnChanges, when set, is told of state changes in batches: every
+	// change queued since its previous call returned, in order, at once
+	// (a lone change is delivered as soon as it happens, a batch of one).
+	// A consumer that does work per call rather than per change (a Mux
+	// publishing a rule snapshot) thus keeps up however fast changes come.
+	// It is called like OnChange, after it for each batch when both are
+	// set. The slice is the callee's to keep.
+	OnChanges func([]Event)
 	// Rand returns numbers uniform in [0, 1) for the schedule's jitter; nil
 	// means math/rand/v2. Tests inject a deterministic one. The Checker
 	// serialises its calls.
@@ -113,7 +121,10 @@ type Status struct {
 // concurrently with itself, in the order the changes happened (so in order
 // per target). State, Status and Snapshot already show the change when
 // OnChange sees it. A slow OnChange delays later events but not probing.
-// OnChange may call State, Status, Snapshot and Set, but not Close.
+// OnChange may call State, Status, Snapshot and Set, but not Close. The
+// same holds for OnChanges, from the same goroutine: each call gets every
+// change that queued up while the previous call ran, so changes coalesce
+// under load without delaying a lone one.
 //
 // All methods are safe for concurrent use.
 type Checker struct {
@@ -121,6 +132,7 @@ type Checker struct {
 	prober Prober
 	clock  clock
 	notify func(Event)
+	batch  func([]Event)
 
 	randMu sync.Mutex
 	rand   func() float64
@@ -158,6 +170,7 @@ func NewChecker(cfg CheckerConfig) (*Checker, error) {
 		prober:  cfg.Prober,
 		clock:   cfg.clock,
 		notify:  cfg.OnChange,
+		batch:   cfg.OnChanges,
 		rand:    cfg.Rand,
 		targets: make(map[string]*target),
 		wake:    make(chan struct{}, 1),
@@ -381,7 +394,7 @@ func (c *Checker) record(t *target, l *loop, start, end time.Time, err error) (E
 	}
 	st.State, st.Since = t.m.state, end
 	ev := Event{Key: st.Key, Addr: st.Addr, Old: old, New: t.m.state, Time: end, Err: err, Reason: reason(old, t.m)}
-	if c.notify != nil {
+	if c.notify != nil || c.batch != nil {
 		c.events = append(c.events, ev)
 		select {
 		case c.wake <- struct{}{}:
@@ -491,8 +504,13 @@ func (c *Checker) dispatch(finish <-chan struct{}, done chan<- struct{}) {
 		evs := c.events
 		c.events = nil
 		c.mu.Unlock()
-		for _, ev := range evs {
-			c.notify(ev)
+		if c.notify != nil {
+			for _, ev := range evs {
+				c.notify(ev)
+			}
+		}
+		if c.batch != nil && len(evs) > 0 {
+			c.batch(evs)
 		}
 		if len(evs) > 0 {
 			continue

@@ -746,3 +746,81 @@ func TestCheckerTCPWithDialHook(t *testing.T) {
 	assert.GreaterOrEqual(t, uint64(dials.Load()), st.Probes, "every probe went through the hook")
 	assert.GreaterOrEqual(t, st.Probes, uint64(3))
 }
+
+// TestOnChangesBatches: OnChanges gets every change once, in order, never
+// concurrently; changes that happen while it runs come in one batch.
+func TestOnChangesBatches(t *testing.T) {
+	clk := newFakeClock()
+	pr := newScriptProber(clk)
+	each := &eventLog{}
+	var (
+		mu       sync.Mutex
+		batches  [][]Event
+		inFlight atomic.Int32
+		overlap  atomic.Bool
+		once     sync.Once
+	)
+	first, release := make(chan struct{}), make(chan struct{})
+	c, err := NewChecker(CheckerConfig{
+		Logger:   slog.New(slog.DiscardHandler),
+		Prober:   pr,
+		OnChange: each.onChange,
+		OnChanges: func(evs []Event) {
+			if inFlight.Add(1) > 1 {
+				overlap.Store(true)
+			}
+			mu.Lock()
+			batches = append(batches, evs)
+			mu.Unlock()
+			once.Do(func() { close(first); <-release }) // a slow consumer, once
+			inFlight.Add(-1)
+		},
+		Rand:  rand.New(rand.NewPCG(7, 8)).Float64,
+		clock: clk,
+	})
+	require.NoError(t, err)
+	spec := Spec{Type: ProbeTCP, Interval: 100 * time.Millisecond, Rise: 1, Fall: 1}
+	const n = 8
+	var ts []Target
+	for i := range n {
+		addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 3, byte(i)}), 80)
+		for range 20 {
+			pr.script(addr, pass, fail)
+		}
+		ts = append(ts, Target{Key: addr.String(), Addr: addr, Spec: spec})
+	}
+	require.NoError(t, c.Set(ts))
+	done := make(chan error, 1)
+	go func() { done <- c.Run(context.Background()) }()
+	for i := 0; ; i++ {
+		require.Less(t, i, 100, "no first batch")
+		clk.step(t, n)
+		select {
+		case <-first:
+		case <-time.After(10 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	for range 10 { // changes pile up behind the slow consumer
+		clk.step(t, n)
+	}
+	close(release)
+	for range 10 {
+		clk.step(t, n)
+	}
+	require.NoError(t, c.Close())
+	require.NoError(t, <-done)
+
+	assert.False(t, overlap.Load(), "OnChanges ran concurrently")
+	var got []Event
+	biggest := 0
+	for _, b := range batches {
+		require.NotEmpty(t, b)
+		got = append(got, b...)
+		biggest = max(biggest, len(b))
+	}
+	assert.Equal(t, each.all(), got, "every change once, in order, as OnChange saw them")
+	assert.GreaterOrEqual(t, biggest, 10, "the changes behind the slow consumer (one or more per step) came in one batch")
+	t.Logf("%d changes in %d batches, the largest %d", len(got), len(batches), biggest)
+}

@@ -48,6 +48,7 @@
 // reconciliation: unchanged targets keep their state and schedule, so a
 // configuration reload resets no health. State changes are logged with
 // log/slog and delivered in order to CheckerConfig.OnChange from a single
-// goroutine; Snapshot returns every target's state, last result and probe
+// goroutine (or to OnChanges, in batches of whatever queued up while the
+// previous batch was handled: a Mux applies each batch as one snapshot); Snapshot returns every target's state, last result and probe
 // counters, which the Mux exports as metrics.
 package health

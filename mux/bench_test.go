@@ -417,8 +417,12 @@ func newMuxPeer(tb testing.TB, doc *control.Document, flows int) *muxPeer {
 			r.backends = append(r.backends, peerBackend{mac: net.HardwareAddr(be.MAC[:]),
 				host: be.Host.AsSlice(), hostAddr: be.Host})
 		}
+		size := v.TableSize
+		if size == 0 {
+			size = flow.MaglevAutoSize(len(v.Backends), 0) // the documented default
+		}
 		var err error
-		r.mg, err = flow.NewMaglev(mb, v.TableSize)
+		r.mg, err = flow.NewMaglev(mb, size)
 		require.NoError(tb, err)
 		pm.rules[peerVIPOf(v.Address, v.Port, v.Protocol)] = r
 	}

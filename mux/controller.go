@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -45,6 +46,14 @@ type Checker interface {
 // probed VIP count as down until their first probe passes, so a Mux
 // starting up announces a VIP only once it can serve it. Nothing is
 // announced while the Mux is draining.
+//
+// Health verdicts cost what they change, not what the Mux serves:
+// HealthChanged takes a batch of verdicts (the checker's OnChanges hands
+// over everything that queued up while the previous batch was applied),
+// rebuilds only the rules of the VIPs they name (flow.Snapshot.ReplaceRules:
+// other rules, their Maglev tables and every backend ID are shared with
+// the running snapshot) and publishes the result as one snapshot; BGP is
+// told only when a VIP address becomes servable or stops being.
 type Controller struct {
 	rules    *flow.Rules
 	checker  Checker
@@ -57,6 +66,12 @@ type Controller struct {
 	doc      *control.Document
 	draining bool
 	last     []netip.Prefix // last announced set
+	// Of the snapshot last published (snap): the index of each VIP name in
+	// doc.VIPs (which is its rule ID), and how many of its rules can take
+	// new flows per VIP address, for announcements.
+	snap     *flow.Snapshot
+	vipIndex map[string]int
+	servable map[netip.Prefix]int
 }
 
 // ControllerConfig wires a Controller.
@@ -112,28 +127,105 @@ func (c *Controller) Apply(doc *control.Document) error {
 		}
 	}
 	c.vnis.Store(vnis)
-	c.rules.Store(snap)
-	c.doc = doc
+	c.publish(snap, doc)
 	c.log.Info("mux: applied configuration", "version", doc.Version, "vips", len(doc.VIPs))
 	return c.syncAnnouncements()
 }
 
-// HealthChanged recomputes the rules after a health verdict changed.
-func (c *Controller) HealthChanged(ev health.Event) {
+// publish makes snap, built from doc, the running snapshot, with the
+// indexes the health path needs. Called with c.mu held.
+func (c *Controller) publish(snap *flow.Snapshot, doc *control.Document) {
+	c.rules.Store(snap)
+	if doc != c.doc || c.vipIndex == nil {
+		c.vipIndex = make(map[string]int, len(doc.VIPs))
+		for i := range doc.VIPs {
+			c.vipIndex[doc.VIPs[i].Name] = i
+		}
+	}
+	c.servable = make(map[netip.Prefix]int)
+	for _, r := range snap.Rules() {
+		if servable(r) {
+			c.servable[bgp.HostPrefix(r.VIP.Addr)]++
+		}
+	}
+	c.snap, c.doc = snap, doc
+}
+
+// HealthChanged applies health verdicts: it rebuilds the rules of the VIPs
+// the events name (by their target keys, "vip/backend"), reading each of
+// their backends' current state from the checker, and publishes them as
+// one snapshot; events for targets no longer in the document are ignored.
+// Applying events together or one by one ends in the same snapshot.
+func (c *Controller) HealthChanged(evs ...health.Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.doc == nil {
+	if c.doc == nil || len(evs) == 0 {
 		return
 	}
-	snap, err := flow.NewSnapshot(c.doc.Version, c.doc.Rules(c.healthOf(c.doc)), c.rules.Load())
-	if err != nil {
-		// The document was valid; only states changed. Cannot happen.
-		c.log.Error("mux: rebuilding rules after a health change", "err", err)
+	ids := make([]int, 0, len(evs))
+	for i := range evs {
+		vip, _, _ := strings.Cut(evs[i].Key, "/") // VIP names have no '/'
+		if id, ok := c.vipIndex[vip]; ok {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	cur := c.rules.Load()
+	var snap *flow.Snapshot
+	if cur == c.snap {
+		rules := make([]flow.Rule, len(ids))
+		for k, id := range ids {
+			rules[k] = c.doc.Rule(id, c.vipHealth(&c.doc.VIPs[id]))
+		}
+		var err error
+		if snap, err = cur.ReplaceRules(cur.Version, rules); err != nil {
+			// The rules come from the document cur was built from, with
+			// other states: cannot happen. Rebuild in full below.
+			c.log.Error("mux: replacing rules after a health change", "err", err)
+			snap = nil
+		}
+	}
+	if snap == nil {
+		// Someone else published a snapshot: rebuild everything.
+		var err error
+		snap, err = flow.NewSnapshot(c.doc.Version, c.doc.Rules(c.healthOf(c.doc)), cur)
+		if err != nil {
+			// The document was valid; only states changed. Cannot happen.
+			c.log.Error("mux: rebuilding rules after a health change", "err", err)
+			return
+		}
+		c.publish(snap, c.doc)
+		if err := c.syncAnnouncements(); err != nil {
+			c.log.Error("mux: BGP after a health change", "err", err)
+		}
 		return
 	}
 	c.rules.Store(snap)
-	if err := c.syncAnnouncements(); err != nil {
-		c.log.Error("mux: BGP after a health change", "err", err)
+	c.snap = snap
+	changed := false
+	for _, id := range ids {
+		was, is := servable(cur.Rule(uint32(id))), servable(snap.Rule(uint32(id)))
+		if was == is {
+			continue
+		}
+		p := bgp.HostPrefix(snap.Rule(uint32(id)).VIP.Addr)
+		n := c.servable[p]
+		if is {
+			c.servable[p] = n + 1
+			changed = changed || n == 0
+		} else {
+			c.servable[p] = n - 1
+			changed = changed || n == 1
+		}
+	}
+	if changed {
+		if err := c.syncAnnouncements(); err != nil {
+			c.log.Error("mux: BGP after a health change", "err", err)
+		}
 	}
 }
 
@@ -171,6 +263,19 @@ func (c *Controller) Announced() []netip.Prefix {
 	return append([]netip.Prefix(nil), c.last...)
 }
 
+// vipHealth returns the health function for doc.Rule of VIP v: nil (the
+// document's states) when v has no probe, else the checker's verdicts, as
+// healthOf.
+func (c *Controller) vipHealth(v *control.VIP) func(vip, backend string) (bool, bool) {
+	if v.Probe == nil {
+		return nil
+	}
+	return func(vip, backend string) (bool, bool) {
+		st, _ := c.checker.State(targetKey(vip, backend))
+		return st == health.Up, true
+	}
+}
+
 // healthOf returns the health function for doc.Rules: a probed backend is
 // up only when its probe says Up (Unknown counts as down); an unprobed one
 // keeps the document's state.
@@ -198,18 +303,12 @@ func (c *Controller) syncAnnouncements() error {
 	}
 	want := []netip.Prefix{}
 	if !c.draining {
-		seen := map[netip.Prefix]bool{}
-		for _, r := range c.rules.Load().Rules() {
-			if !servable(r) {
-				continue
-			}
-			p := bgp.HostPrefix(r.VIP.Addr)
-			if !seen[p] {
-				seen[p] = true
+		for p, n := range c.servable {
+			if n > 0 {
 				want = append(want, p)
 			}
 		}
-		sort.Slice(want, func(i, j int) bool { return want[i].Addr().Less(want[j].Addr()) })
+		slices.SortFunc(want, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	}
 	if equalPrefixes(want, c.last) && c.last != nil {
 		return nil

@@ -32,7 +32,9 @@
 //
 // Controller is the part that needs no privileges (documents and health
 // verdicts in, rules, steering rules and announcements out); Mux is the
-// whole node, as examples/mux runs it.
+// whole node, as examples/mux runs it. Health verdicts reach it in batches
+// (health.CheckerConfig.OnChanges: whatever queued up while the previous
+// batch was applied) and rebuild only the rules of the VIPs they name.
 package mux
 
 import (
@@ -164,7 +166,7 @@ func New(cfg Config) (*Mux, error) {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
 	m.checker, err = health.NewChecker(health.CheckerConfig{Logger: cfg.Logger, Source: cfg.ProbeSource,
-		OnChange: func(ev health.Event) { m.ctl.HealthChanged(ev) }})
+		OnChanges: func(evs []health.Event) { m.ctl.HealthChanged(evs...) }})
 	if err != nil {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
