@@ -58,6 +58,19 @@ func (c *fakeClock) Advance(d time.Duration) int {
 	return fired
 }
 
+// armed returns how many timers are running.
+func (c *fakeClock) armed() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, t := range c.timers {
+		if t.on {
+			n++
+		}
+	}
+	return n
+}
+
 func (t *fakeTimer) C() <-chan time.Time { return t.ch }
 
 func (t *fakeTimer) Reset(d time.Duration) {
@@ -217,8 +230,12 @@ func TestWatcherSlowWriter(t *testing.T) {
 				}
 				before := reads.Load()
 				if fired := clk.Advance(tc.pause); tc.how == polled {
-					// Each timer that fired (poll or settle) is one read.
-					require.Eventually(t, func() bool { return reads.Load() >= before+int64(fired) }, hang, time.Millisecond,
+					// Each timer that fired (poll or settle) is one read,
+					// after which the Watcher arms its next timer: wait for
+					// both, so that the next Advance counts from there (the
+					// read alone raced the re-arming, and the reads drifted
+					// onto the settle time, agreeing).
+					require.Eventually(t, func() bool { return reads.Load() >= before+int64(fired) && clk.armed() > 0 }, hang, time.Millisecond,
 						"waiting for the Watcher after line %d", i+1)
 				}
 				if tc.how == sealed && i < len(ls)-1 {
