@@ -65,13 +65,17 @@ type pipeVariant struct {
 }
 
 // ourBalance returns our parse and balance stages over pools' rules, with
-// the connection table ct (nil: stateless), and the rules.
-func ourBalance(pools []pool, ct *flow.ConnTable) ([]engine.Stage, *flow.Rules, error) {
+// the connection table ct (nil: stateless) and the table clock (nil: the
+// table's), and the rules.
+func ourBalance(pools []pool, ct *flow.ConnTable, clock func() flow.Tick) ([]engine.Stage, *flow.Rules, error) {
 	rules, err := ourRules(pools)
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := balance.New(balance.Config{Rules: rules, Conns: ct, Hasher: flow.NewHasher(pipelineSeed)})
+	st, err := balance.New(balance.Config{Rules: rules, Conns: ct, Hasher: flow.NewHasher(pipelineSeed), Clock: clock,
+		// Every flow is new at once: the per-VIP share of new flows (a
+		// flood defence) would keep most out of the table.
+		VIPShare: 1})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -90,7 +94,7 @@ var pipeVariants = []pipeVariant{
 	}},
 	{name: "impl=xdplb/stages=parse+maglev", group: "stateless", ours: true,
 		stages: func(n int, p []pool) ([]engine.Stage, error) {
-			st, _, err := ourBalance(p, nil)
+			st, _, err := ourBalance(p, nil, nil)
 			return st, err
 		}},
 	{name: "impl=peer/stages=parse+maglev", group: "stateless",
@@ -104,7 +108,7 @@ var pipeVariants = []pipeVariant{
 			if err != nil {
 				return nil, err
 			}
-			st, _, err := ourBalance(p, ct)
+			st, _, err := ourBalance(p, ct, nil)
 			return st, err
 		}},
 	{name: "impl=peer/stages=parse+conntrack+maglev", group: "conntrack",
