@@ -105,7 +105,7 @@ func (a *Account) Process(b *engine.Batch) {
 	h := a.lock()
 	defer h.mu.Unlock()
 	if a.cfg.Rules != nil {
-		if s := a.cfg.Rules.Load(); s != h.seen {
+		if s := b.Rules(a.cfg.Rules); s != h.seen {
 			h.fit(s)
 		}
 	}

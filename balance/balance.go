@@ -321,7 +321,7 @@ func (s *Stage) VIPStats() map[string]Stats {
 
 // Process implements engine.Stage.
 func (s *Stage) Process(b *engine.Batch) {
-	snap := s.cfg.Rules.Load()
+	snap := b.Rules(s.cfg.Rules)
 	pkts := b.Packets()
 	ct := s.cfg.Conns
 	if ct == nil {

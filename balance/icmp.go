@@ -91,7 +91,7 @@ func (s *ICMP) Process(b *engine.Batch) {
 			continue
 		}
 		if snap == nil {
-			snap = s.cfg.Rules.Load()
+			snap = b.Rules(s.cfg.Rules)
 		}
 		s.handle(b, snap, p)
 	}

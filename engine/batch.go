@@ -1,5 +1,7 @@
 package engine
 
+import "github.com/xdplb/xdplb/flow"
+
 // Batch is up to MaxBatch packets that move through a pipeline together,
 // with the context a stage needs: the worker it runs on and the time read
 // once for the whole batch.
@@ -20,6 +22,34 @@ type Batch struct {
 	Now int64
 	// Counters are the running worker's counters.
 	Counters *Counters
+	// Snapshot is the configuration the batch runs with: loaded by the
+	// worker once per batch (WorkerConfig.Snapshot) before the pipeline
+	// runs, nil without one. Stages read their configuration from it —
+	// the rules through Batch.Rules, anything else by asserting the type
+	// their node publishes — so that every packet of a batch, through
+	// every stage, sees one version (see "Snapshots" in the package
+	// documentation).
+	Snapshot any
+}
+
+// RuleSource is a Batch.Snapshot that carries the rule snapshot
+// (*flow.Snapshot is one; a node's own snapshot type is another).
+type RuleSource interface{ RuleSnapshot() *flow.Snapshot }
+
+// Rules returns the rule snapshot of the batch: its Snapshot's, when that
+// is a RuleSource, else own's current one (a stage built with its own
+// flow.Rules and run without a worker snapshot: tests, hand-made batches);
+// nil if neither.
+func (b *Batch) Rules(own *flow.Rules) *flow.Snapshot {
+	if rs, ok := b.Snapshot.(RuleSource); ok {
+		if s := rs.RuleSnapshot(); s != nil {
+			return s
+		}
+	}
+	if own == nil {
+		return nil
+	}
+	return own.Load()
 }
 
 // Packets returns the live packets of the batch. Stages may reorder the

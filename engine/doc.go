@@ -18,9 +18,25 @@
 //
 // Nothing here allocates per packet: a Worker allocates its packets and batch
 // once; frames are read and written in place through header views; a stage
-// that needs configuration loads it once per batch from an atomic.Pointer.
-// Counters are per worker, single-writer atomics updated once per batch and
-// summed on read, so the data path shares no contended cache line.
+// reads its configuration once per batch (see Snapshots). Counters are per
+// worker, single-writer atomics updated once per batch and summed on read,
+// so the data path shares no contended cache line.
+//
+// # Snapshots
+//
+// Configuration is immutable once published, and a node publishes one
+// version of everything its data path reads as one value behind one
+// atomic.Pointer. The worker loads it once per batch, before the pipeline
+// (WorkerConfig.Snapshot), and hands it to every stage as Batch.Snapshot; a
+// stage reads its rules with Batch.Rules and anything else by asserting
+// the type its node publishes, and never loads configuration of its own
+// while a worker snapshot is there. So every packet of a batch, through
+// every stage, sees one version, and a reload is one pointer store. The
+// Mux works this way (its rules and VNI index); stages built with their own
+// flow.Rules fall back to loading it when run without a worker snapshot
+// (tests, hand-made batches). Not yet in a snapshot: the Mux's source
+// filter prefixes, and the Host Agent's rules, locals and NAT view, which
+// are published separately (issue 11).
 //
 // # Frames and headroom
 //

@@ -40,6 +40,10 @@ type WorkerConfig struct {
 	// DefaultCheckEvery). A failed port stops the worker with its error
 	// after at most CheckEvery plus one idle wait or 64 busy polls.
 	CheckEvery time.Duration
+	// Snapshot, when set, returns the configuration snapshot a batch runs
+	// with (Batch.Snapshot), e.g. the Load of a node's atomic.Pointer; it
+	// is called once per batch received, before the pipeline.
+	Snapshot func() any
 }
 
 // DefaultCheckEvery is the default WorkerConfig.CheckEvery.
@@ -132,12 +136,16 @@ func (w *Worker) pollInput(in Input) int {
 		return 0
 	}
 	b.Now = w.cfg.Clock()
+	if w.cfg.Snapshot != nil {
+		b.Snapshot = w.cfg.Snapshot()
+	}
 	w.counters.rx += uint64(n)
 	w.counters.batches++
 	in.Pipeline.Process(b)
 	b.Finish()
 	w.transmit(b)
 	w.release(b)
+	b.Snapshot = nil // an idle worker holds no old configuration
 	return n
 }
 

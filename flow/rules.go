@@ -690,6 +690,11 @@ func (s *Snapshot) LookupVIP(v VIP) *Rule {
 // are shared: read only.
 func (s *Snapshot) Rules() []*Rule { return s.rules }
 
+// RuleSnapshot returns s: a Snapshot is an engine.RuleSource, so a worker
+// can run its batches with the snapshot of a Rules
+// (engine.WorkerConfig.Snapshot).
+func (s *Snapshot) RuleSnapshot() *Snapshot { return s }
+
 // Len returns the number of rules.
 func (s *Snapshot) Len() int { return len(s.rules) }
 

@@ -219,7 +219,7 @@ func (s *Sources) Prefixes() *Prefixes { return s.set.Load() }
 func (s *Sources) Process(b *engine.Batch) {
 	var snap *flow.Snapshot
 	if s.rules != nil {
-		snap = s.rules.Load()
+		snap = b.Rules(s.rules)
 	}
 	set := s.set.Load()
 	for _, p := range b.Packets() {

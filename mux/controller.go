@@ -61,6 +61,9 @@ type Controller struct {
 	steering Steering  // may be nil (no data path, tests)
 	log      *slog.Logger
 	vnis     atomic.Pointer[vniIndex] // VIP address → VNI, for the uplinkVNI stage
+	// snapshot is what the data path runs with: the rules and the VNI
+	// index of one version, published together (Snapshot).
+	snapshot atomic.Pointer[muxSnapshot]
 
 	mu       sync.Mutex
 	doc      *control.Document
@@ -135,7 +138,7 @@ func (c *Controller) Apply(doc *control.Document) error {
 // publish makes snap, built from doc, the running snapshot, with the
 // indexes the health path needs. Called with c.mu held.
 func (c *Controller) publish(snap *flow.Snapshot, doc *control.Document) {
-	c.rules.Store(snap)
+	c.store(snap)
 	if doc != c.doc || c.vipIndex == nil {
 		c.vipIndex = make(map[string]int, len(doc.VIPs))
 		for i := range doc.VIPs {
@@ -204,7 +207,7 @@ func (c *Controller) HealthChanged(evs ...health.Event) {
 		}
 		return
 	}
-	c.rules.Store(snap)
+	c.store(snap)
 	c.snap = snap
 	changed := false
 	for _, id := range ids {
@@ -390,3 +393,30 @@ func steerConfig(doc *control.Document) steer.Config {
 	}
 	return cfg
 }
+
+// muxSnapshot is one version of what the Mux's data path runs with,
+// loaded by each worker once per batch (engine.Batch.Snapshot): every
+// stage of a batch sees the same rules and VNI index.
+type muxSnapshot struct {
+	rules *flow.Snapshot
+	vnis  *vniIndex
+}
+
+// RuleSnapshot implements engine.RuleSource.
+func (s *muxSnapshot) RuleSnapshot() *flow.Snapshot {
+	if s == nil {
+		return nil
+	}
+	return s.rules
+}
+
+// store publishes snap as the running rules, and with the VNI index in
+// force as the data path's snapshot. Called with c.mu held.
+func (c *Controller) store(snap *flow.Snapshot) {
+	c.rules.Store(snap)
+	c.snapshot.Store(&muxSnapshot{rules: snap, vnis: c.vnis.Load()})
+}
+
+// Snapshot returns the data path's current snapshot, for
+// engine.WorkerConfig.Snapshot (nil before the first document).
+func (c *Controller) Snapshot() any { return c.snapshot.Load() }

@@ -521,7 +521,7 @@ func (m *Mux) openDataPath(ifi *net.Interface, resolver *nexthop.Resolver) (*eng
 		if err != nil {
 			return nil, err
 		}
-		w, err := engine.NewWorker(engine.WorkerConfig{ID: q, Ports: []engine.Port{port, slow},
+		w, err := engine.NewWorker(engine.WorkerConfig{ID: q, Ports: []engine.Port{port, slow}, Snapshot: m.ctl.Snapshot,
 			Inputs: []engine.Input{{Port: 0, Pipeline: pl}}, IdleSpins: m.cfg.IdleSpins})
 		if err != nil {
 			return nil, err

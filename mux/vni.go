@@ -119,7 +119,12 @@ type uplinkVNI struct {
 
 // Process implements engine.Stage.
 func (s uplinkVNI) Process(b *engine.Batch) {
-	idx := s.idx.Load()
+	var idx *vniIndex
+	if ms, ok := b.Snapshot.(*muxSnapshot); ok && ms != nil {
+		idx = ms.vnis // the batch's version
+	} else {
+		idx = s.idx.Load() // no worker snapshot: tests, hand-made batches
+	}
 	if idx == nil {
 		return
 	}
