@@ -132,7 +132,7 @@ func (d *Decap) Config() DecapConfig { return d.cfg }
 
 // Process implements engine.Stage.
 func (d *Decap) Process(b *engine.Batch) {
-	ls := d.locals.Load()
+	ls := d.localsFor(b)
 	for _, p := range b.Packets() {
 		if r := d.decap(p, ls); r != 0 {
 			b.Drop(p, r)
@@ -344,3 +344,18 @@ func decapECN(p *engine.Packet, outer uint8) engine.DropReason {
 }
 
 var _ engine.Stage = (*Decap)(nil)
+
+// LocalsSource is a batch snapshot (engine.Batch.Snapshot) that carries
+// the local endpoints, so that Decap reads the batch's version of them.
+type LocalsSource interface{ EncapLocals() *Locals }
+
+// localsFor returns the endpoints of batch b: its snapshot's, when that is
+// a LocalsSource, else the LocalTable's current ones.
+func (d *Decap) localsFor(b *engine.Batch) *Locals {
+	if ls, ok := b.Snapshot.(LocalsSource); ok {
+		if l := ls.EncapLocals(); l != nil {
+			return l
+		}
+	}
+	return d.locals.Load()
+}

@@ -32,11 +32,13 @@
 // the type its node publishes, and never loads configuration of its own
 // while a worker snapshot is there. So every packet of a batch, through
 // every stage, sees one version, and a reload is one pointer store. The
-// Mux works this way (its rules and VNI index); stages built with their own
-// flow.Rules fall back to loading it when run without a worker snapshot
-// (tests, hand-made batches). Not yet in a snapshot: the Mux's source
-// filter prefixes, and the Host Agent's rules, locals and NAT view, which
-// are published separately (issue 11).
+// Mux publishes its rules and VNI index this way, the Host Agent its
+// rules, local endpoints (encap.LocalsSource) and NAT view
+// (nat.ViewSource). Stages built with their own flow.Rules (or LocalTable,
+// or Translator state) fall back to loading it when run without a worker
+// snapshot (tests, hand-made batches). Not yet in the snapshot: the source
+// filters' prefix sets (guard), which change only with the infrastructure
+// prefixes.
 //
 // # Frames and headroom
 //

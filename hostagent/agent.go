@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/encap"
@@ -85,6 +86,7 @@ type Agent struct {
 	rules     *flow.Rules
 	table     *nat.Table
 	endpoints encap.LocalTable
+	snapshot  atomic.Pointer[agentSnapshot] // the workers' (publish)
 	watcher   *control.Watcher
 	rebuild   chan *rebuild // a document changes the data path's structure: to Run
 	runDone   chan struct{} // closed when Run returns (doneOnce)
@@ -350,7 +352,46 @@ func dataPathAction(running bool) string {
 func (a *Agent) publish() {
 	a.rules.Store(a.snap)
 	a.endpoints.Store(a.locals)
+	a.snapshot.Store(&agentSnapshot{rules: a.snap, endpoints: a.locals, nat: nat.NewView(a.snap, a.dips)})
 }
+
+// agentSnapshot is one version of what the Host Agent's data path runs
+// with — the rules, the local endpoints Decap delivers to and the NAT's
+// view of rules and local DIPs — loaded by each worker once per batch
+// (engine.Batch.Snapshot), so that every stage of a batch sees one
+// version.
+type agentSnapshot struct {
+	rules     *flow.Snapshot
+	endpoints *encap.Locals
+	nat       *nat.View
+}
+
+// RuleSnapshot implements engine.RuleSource.
+func (s *agentSnapshot) RuleSnapshot() *flow.Snapshot {
+	if s == nil {
+		return nil
+	}
+	return s.rules
+}
+
+// EncapLocals implements encap.LocalsSource.
+func (s *agentSnapshot) EncapLocals() *encap.Locals {
+	if s == nil {
+		return nil
+	}
+	return s.endpoints
+}
+
+// NATView implements nat.ViewSource.
+func (s *agentSnapshot) NATView() *nat.View {
+	if s == nil {
+		return nil
+	}
+	return s.nat
+}
+
+// batchSnapshot is the workers' engine.WorkerConfig.Snapshot.
+func (a *Agent) batchSnapshot() any { return a.snapshot.Load() }
 
 // Run runs the Host Agent until ctx is done. It waits for the first
 // document, builds the data path (steering programs on the uplink and on

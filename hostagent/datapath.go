@@ -179,7 +179,7 @@ func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *
 	// interface's XSKMAP; worker configurations.
 	cfgs := make([]engine.WorkerConfig, workers)
 	for w := range cfgs {
-		cfgs[w] = engine.WorkerConfig{ID: w, IdleSpins: a.cfg.IdleSpins}
+		cfgs[w] = engine.WorkerConfig{ID: w, IdleSpins: a.cfg.IdleSpins, Snapshot: a.batchSnapshot}
 	}
 	all := append([]*iface{dp.uplink}, dp.vms...)
 	for i, f := range all {

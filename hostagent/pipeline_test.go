@@ -95,7 +95,8 @@ func newPipeRigDoc(t testing.TB, text string, capture bool) *pipeRig {
 	inbound, returns, err := a.pipelines(plan, tr, uplinkIndex, fixedHop{})
 	require.NoError(t, err)
 	r := &pipeRig{a: a, tr: tr}
-	cfg := engine.WorkerConfig{Inputs: []engine.Input{{Port: UplinkPort, Pipeline: inbound}}}
+	// The workers of a running agent read its snapshot once per batch.
+	cfg := engine.WorkerConfig{Inputs: []engine.Input{{Port: UplinkPort, Pipeline: inbound}}, Snapshot: a.batchSnapshot}
 	// The uplink, the VM ports and the slow path (direct connections).
 	for i := 0; i < 2+len(plan.Ports); i++ {
 		p, err := engine.NewMemPort(engine.MemPortConfig{Capture: capture})

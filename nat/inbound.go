@@ -36,7 +36,7 @@ type Inbound struct{ t *Translator }
 // Process implements engine.Stage.
 func (s *Inbound) Process(b *engine.Batch) {
 	t := s.t
-	v := t.current()
+	v := t.viewFor(b)
 	now := t.clock()
 	var c counts
 	for _, p := range b.Packets() {

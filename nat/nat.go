@@ -232,6 +232,36 @@ func (t *Translator) Sync() {
 	t.view.Store(buildView(snap, loc))
 }
 
+// View is the stages' translation view of one rules snapshot and one set
+// of local DIPs, built off the data path (NewView) and published in a
+// node's batch snapshot (engine.Batch.Snapshot, through ViewSource), so
+// that the NAT stages of a batch translate with the rules and locals of
+// that batch's version.
+type View struct{ v *view }
+
+// NewView builds the view of snap and l (nil l: no local DIPs). It
+// allocates, O(backends): call it when a configuration is published.
+func NewView(snap *flow.Snapshot, l *Locals) *View {
+	if l == nil {
+		l = MustLocals()
+	}
+	return &View{v: buildView(snap, l)}
+}
+
+// ViewSource is a batch snapshot that carries the NAT view.
+type ViewSource interface{ NATView() *View }
+
+// viewFor returns the view of batch b: its snapshot's, when that is a
+// ViewSource, else the Translator's own (current).
+func (t *Translator) viewFor(b *engine.Batch) *view {
+	if vs, ok := b.Snapshot.(ViewSource); ok {
+		if nv := vs.NATView(); nv != nil {
+			return nv.v
+		}
+	}
+	return t.current()
+}
+
 // current returns the view for this batch: the published one if it is up
 // to date, else a fresh one built by this worker, or, when another worker
 // is building, the previous view (consistent in itself).

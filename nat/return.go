@@ -44,7 +44,7 @@ type Return struct{ t *Translator }
 // overlap), the second translates.
 func (s *Return) Process(b *engine.Batch) {
 	t := s.t
-	v := t.current()
+	v := t.viewFor(b)
 	now := t.clock()
 	sc := t.scratchFor(b.Worker)
 	pkts := b.Packets()
