@@ -67,6 +67,7 @@ type Controller struct {
 
 	mu       sync.Mutex
 	doc      *control.Document
+	plan     *Plan // of doc
 	draining bool
 	last     []netip.Prefix // last announced set
 	// Of the snapshot last published (snap): the index of each VIP name in
@@ -113,25 +114,29 @@ func (c *Controller) SetAnnouncer(a Announcer) error {
 func (c *Controller) Apply(doc *control.Document) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	plan, err := NewPlan(doc)
+	if err != nil {
+		return fmt.Errorf("mux: version %d: %w", doc.Version, err)
+	}
 	snap, err := flow.NewSnapshot(doc.Version, doc.Rules(c.healthOf(doc)), c.rules.Load())
 	if err != nil {
 		return fmt.Errorf("mux: version %d: %w", doc.Version, err)
 	}
-	vnis, err := newVNIIndex(doc)
-	if err != nil {
-		return fmt.Errorf("mux: version %d: %w", doc.Version, err)
-	}
-	if err := c.checker.Set(targets(doc)); err != nil {
+	vnis := newVNIIndexOf(plan)
+	if err := c.checker.Set(plan.Probes); err != nil {
 		return fmt.Errorf("mux: version %d: health targets: %w", doc.Version, err)
 	}
 	if c.steering != nil {
-		if err := c.steering.Sync(steerConfig(doc)); err != nil {
+		if err := c.steering.Sync(plan.Steering); err != nil {
 			return fmt.Errorf("mux: version %d: steering: %w", doc.Version, err)
 		}
 	}
+	diff := c.plan.Diff(plan)
 	c.vnis.Store(vnis)
 	c.publish(snap, doc)
-	c.log.Info("mux: applied configuration", "version", doc.Version, "vips", len(doc.VIPs))
+	c.plan = plan
+	c.log.Info("mux: applied configuration", "version", doc.Version, "vips", len(doc.VIPs),
+		"added", len(diff.AddedVIPs), "removed", len(diff.RemovedVIPs), "changed", len(diff.ChangedVIPs), "tables", len(diff.Tables))
 	return c.syncAnnouncements()
 }
 

@@ -2,7 +2,6 @@ package mux
 
 import (
 	"encoding/binary"
-	"fmt"
 	"math/bits"
 	"net/netip"
 	"sync/atomic"
@@ -81,33 +80,36 @@ func (x *vniIndex) insert(dst *[16]byte, family uint8, vni uint32) {
 	}
 }
 
+// newVNIIndexOf builds the index of a plan's VIPs (NewPlan has checked
+// that each address has one VNI).
+func newVNIIndexOf(p *Plan) *vniIndex {
+	size := 8
+	for size < 2*len(p.VNIs) {
+		size <<= 1
+	}
+	idx := &vniIndex{one: true, slots: make([]vniSlot, size), shift: uint8(64 - bits.TrailingZeros(uint(size)))}
+	first := true
+	for a, vni := range p.VNIs {
+		k := flow.KeyFrom(vni, flow.ProtoTCP, netip.AddrPortFrom(a, 0), netip.AddrPortFrom(a, 0))
+		idx.insert(&k.Dst, k.Family, vni)
+		if first {
+			idx.vni, first = vni, false
+		} else if vni != idx.vni {
+			idx.one = false
+		}
+	}
+	return idx
+}
+
 // newVNIIndex builds the index of doc's VIPs. It refuses a document that
 // puts one VIP address into two VNIs: the uplink could not tell them
 // apart.
 func newVNIIndex(doc *control.Document) (*vniIndex, error) {
-	size := 8
-	for size < 2*len(doc.VIPs) {
-		size <<= 1
+	p, err := NewPlan(doc)
+	if err != nil {
+		return nil, err
 	}
-	idx := &vniIndex{one: true, slots: make([]vniSlot, size), shift: uint8(64 - bits.TrailingZeros(uint(size)))}
-	where := map[netip.Addr]string{}
-	for i := range doc.VIPs {
-		v := &doc.VIPs[i]
-		k := flow.KeyFrom(v.VNI, v.Protocol, netip.AddrPortFrom(v.Address, 0), netip.AddrPortFrom(v.Address, 0))
-		if prev, ok := idx.lookup(&k.Dst, k.Family); ok && prev != v.VNI {
-			return nil, fmt.Errorf("VIP %s (%s) is in VNI %d and VIP %s in VNI %d: "+
-				"a Mux's uplink carries no VNI, so a VIP address must belong to one VNI",
-				v.Name, v.Address, v.VNI, where[v.Address], prev)
-		}
-		idx.insert(&k.Dst, k.Family, v.VNI)
-		where[v.Address] = v.Name
-		if i == 0 {
-			idx.vni = v.VNI
-		} else if v.VNI != idx.vni {
-			idx.one = false
-		}
-	}
-	return idx, nil
+	return newVNIIndexOf(p), nil
 }
 
 // uplinkVNI is the stage that sets each packet's Key.VNI to its VIP's.
