@@ -60,6 +60,7 @@ func main() {
 		vipShare  = flag.Float64("vip-share", balance.DefaultVIPShare, "share of the connection table one VIP's new, unproven flows may hold (1: no limit)")
 		spins     = flag.Int("spin", 0, "empty polls before an idle worker sleeps")
 		check     = flag.Bool("check", false, "validate the document, print it with defaults filled in, and exit")
+		plan      = flag.Bool("plan", false, "validate the document, print what this Mux would run from it (mux.NewPlan), and exit")
 		seal      = flag.Bool("seal", false, "validate the document, print the file with a checksum line (control.Seal), and exit")
 		probeFrom = flag.String("probe-source", "", "source address of health probes (default: the kernel's choice)")
 	)
@@ -88,6 +89,20 @@ func main() {
 			os.Exit(1)
 		}
 		os.Stdout.Write(data)
+		return
+	}
+	if *plan {
+		doc, err := control.Load(*config)
+		if err == nil {
+			var p *mux.Plan
+			if p, err = mux.NewPlan(doc); err == nil {
+				fmt.Print(p)
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 		return
 	}
 	if *check {
