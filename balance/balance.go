@@ -242,6 +242,12 @@ func (s *Stage) rebind(st *workerState, snap *flow.Snapshot, locked bool) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 	}
+	if st.snap != nil && sameIDs(st.snap, snap) {
+		// A health change (flow.Snapshot.ReplaceRules) keeps every rule
+		// at its ID: nothing to move, nothing to allocate.
+		st.snap = snap
+		return
+	}
 	used := make([]uint32, snap.Len())
 	vips := make([]counters, snap.Len())
 	if st.snap != nil {
@@ -271,6 +277,21 @@ func (s *Stage) rebind(st *workerState, snap *flow.Snapshot, locked bool) {
 		}
 	}
 	st.snap, st.used, st.vips = snap, used, vips
+}
+
+// sameIDs reports whether a and b have the same rule, by name, at every
+// ID.
+func sameIDs(a, b *flow.Snapshot) bool {
+	ra, rb := a.Rules(), b.Rules()
+	if len(ra) != len(rb) {
+		return false
+	}
+	for i := range ra {
+		if ra[i].ID != rb[i].ID || ra[i].Name != rb[i].Name {
+			return false
+		}
+	}
+	return true
 }
 
 // Stats sums the counters of every VIP and worker.

@@ -248,3 +248,40 @@ func TestFloodVIPShare(t *testing.T) {
 		})
 	}
 }
+
+// TestVIPStatsAcrossReloads: the per-VIP counters follow their VIP by
+// name through a reload that reorders the rules, a health-like change
+// that keeps every ID, and one that removes a VIP (kept under its name).
+func TestVIPStatsAcrossReloads(t *testing.T) {
+	a := flow.Rule{Name: "a", VIP: flow.VIP{Addr: vip4, Proto: flow.ProtoTCP, Port: 80}, Backends: backends(2, 1)}
+	b := flow.Rule{Name: "b", VIP: flow.VIP{Addr: vip4, Proto: flow.ProtoTCP, Port: 81}, Backends: backends(2, 1)}
+	h := newHarness(t, true, a, b)
+	send := func(port uint16, n int) {
+		for i := range n {
+			h.run(pkt{src: netip.AddrFrom4([4]byte{198, 18, 7, byte(i)}), dst: vip4, sport: uint16(1000 + i), dport: port, tcp: true, syn: true}.build())
+		}
+	}
+	send(80, 3)
+	send(81, 5)
+	want := map[string]balance.Stats{"a": {Inserted: 3}, "b": {Inserted: 5}}
+	require.Equal(t, want, h.stage.VIPStats())
+	_, err := h.rules.Update(2, []flow.Rule{b, a}) // reordered: new IDs
+	require.NoError(t, err)
+	send(80, 1) // a rebind happens on the next batch
+	want["a"] = balance.Stats{Inserted: 3}
+	require.Equal(t, want, h.stage.VIPStats(), "a's known flow is no new insert; counters kept by name")
+	a2 := a
+	a2.Backends = backends(2, 1)
+	a2.Backends[0].State = flow.BackendDown
+	_, err = h.rules.Update(3, []flow.Rule{b, a2}) // same IDs, other states
+	require.NoError(t, err)
+	send(81, 7)
+	want["b"] = balance.Stats{Inserted: 7}
+	require.Equal(t, want, h.stage.VIPStats())
+	_, err = h.rules.Update(4, []flow.Rule{b})
+	require.NoError(t, err)
+	send(81, 8)
+	want["b"] = balance.Stats{Inserted: 8}
+	require.Equal(t, want, h.stage.VIPStats(), "a removed: kept under its name")
+	require.Equal(t, balance.Stats{Inserted: 11}, h.stage.Stats())
+}
