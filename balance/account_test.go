@@ -15,7 +15,7 @@ import (
 	"github.com/xdplb/xdplb/encap"
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
-	"github.com/xdplb/xdplb/internal/benchutil"
+	"github.com/xdplb/xdplb/internal/lab/benchutil"
 )
 
 // acctFlow is one client flow of the accounting tests.

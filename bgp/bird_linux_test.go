@@ -15,9 +15,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdplb/xdplb/internal/fleetlab"
-	"github.com/xdplb/xdplb/internal/fleetlab/fleetlabtest"
-	"github.com/xdplb/xdplb/internal/netlab"
+	"github.com/xdplb/xdplb/internal/lab/fleetlab"
+	"github.com/xdplb/xdplb/internal/lab/fleetlab/fleetlabtest"
+	"github.com/xdplb/xdplb/internal/lab/netlab"
 )
 
 // The BIRD tests put BIRD 2 (Debian package bird2) in a "router" namespace

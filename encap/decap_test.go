@@ -13,7 +13,7 @@ import (
 	"github.com/xdplb/xdplb/encap"
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/header"
-	"github.com/xdplb/xdplb/internal/gpkt"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
 func newDecap(t testing.TB, cfg encap.DecapConfig, lt *encap.LocalTable) *encap.Decap {

@@ -15,7 +15,7 @@ import (
 	"github.com/xdplb/xdplb/engine/nexthop"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/header"
-	"github.com/xdplb/xdplb/internal/gpkt"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
 // Test addresses: 198.18.0.0/15 and 2001:db8::/32 only.
@@ -226,7 +226,7 @@ func withDst(frame []byte, dst header.MAC, src *header.MAC) []byte {
 }
 
 // pseudo is the folded sum of the TCP/UDP/ICMPv6 pseudo-header over
-// IPv6 (RFC 8200 8.1), by the plain RFC 1071 sum of internal/gpkt.
+// IPv6 (RFC 8200 8.1), by the plain RFC 1071 sum of internal/lab/gpkt.
 func pseudo(src, dst []byte, proto uint8, n int) uint16 {
 	return gpkt.Sum(dst, gpkt.Sum(src, gpkt.Sum([]byte{byte(n >> 8), byte(n), 0, proto}, 0)))
 }

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/xdplb/xdplb/internal/gpkt"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
 func BenchmarkChecksum(b *testing.B) {

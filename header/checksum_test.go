@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/xdplb/xdplb/internal/gpkt"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
 func TestChecksumKnownValues(t *testing.T) {

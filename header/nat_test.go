@@ -8,7 +8,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
-	"github.com/xdplb/xdplb/internal/gpkt"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
 // refL4Valid verifies a TCP/UDP/ICMPv6 checksum independently of the fast

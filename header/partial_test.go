@@ -10,7 +10,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
-	"github.com/xdplb/xdplb/internal/gpkt"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
 // partialCase is an IP packet built by gopacket with a complete checksum,

@@ -13,8 +13,8 @@ import (
 
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/engine"
-	"github.com/xdplb/xdplb/internal/benchutil"
-	"github.com/xdplb/xdplb/internal/gpkt"
+	"github.com/xdplb/xdplb/internal/lab/benchutil"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 	"github.com/xdplb/xdplb/nat"
 )
 

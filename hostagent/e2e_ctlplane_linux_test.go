@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/xdplb/xdplb/internal/fleetlab/fleetlabtest"
+	"github.com/xdplb/xdplb/internal/lab/fleetlab/fleetlabtest"
 )
 
 // TestHostAgentControlPlane (issue 10, items 6 and 7): once forwarding,

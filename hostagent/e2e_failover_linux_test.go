@@ -14,8 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdplb/xdplb/internal/fleetlab"
-	"github.com/xdplb/xdplb/internal/fleetlab/fleetlabtest"
+	"github.com/xdplb/xdplb/internal/lab/fleetlab"
+	"github.com/xdplb/xdplb/internal/lab/fleetlab/fleetlabtest"
 )
 
 // The fleet tests (e2e_fleet_linux_test.go has the topology) check what

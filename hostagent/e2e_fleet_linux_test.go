@@ -21,9 +21,9 @@ import (
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/health"
-	"github.com/xdplb/xdplb/internal/fleetlab"
-	"github.com/xdplb/xdplb/internal/fleetlab/fleetlabtest"
-	"github.com/xdplb/xdplb/internal/netlab"
+	"github.com/xdplb/xdplb/internal/lab/fleetlab"
+	"github.com/xdplb/xdplb/internal/lab/fleetlab/fleetlabtest"
+	"github.com/xdplb/xdplb/internal/lab/netlab"
 )
 
 // The fleet topology of the failover tests: the lab's (examples/lab,

@@ -15,9 +15,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdplb/xdplb/flow"
-	"github.com/xdplb/xdplb/internal/fleetlab"
-	"github.com/xdplb/xdplb/internal/fleetlab/fleetlabtest"
-	"github.com/xdplb/xdplb/internal/netlab"
+	"github.com/xdplb/xdplb/internal/lab/fleetlab"
+	"github.com/xdplb/xdplb/internal/lab/fleetlab/fleetlabtest"
+	"github.com/xdplb/xdplb/internal/lab/netlab"
 )
 
 // TestFleetIPv6 runs the fleet dual-stack (fleetlab.Fleet.AddIPv6): the

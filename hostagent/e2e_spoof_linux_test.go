@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/xdplb/xdplb/internal/gpkt"
-	"github.com/xdplb/xdplb/internal/netlab"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
+	"github.com/xdplb/xdplb/internal/lab/netlab"
 )
 
 // TestSpoofedSourcesEndToEnd runs examples/mux and examples/hostagent in

@@ -16,7 +16,7 @@ import (
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/engine/nexthop"
-	"github.com/xdplb/xdplb/internal/gpkt"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 	"github.com/xdplb/xdplb/nat"
 )
 

@@ -25,7 +25,7 @@ import (
 	"github.com/xdplb/xdplb/guard"
 	"github.com/xdplb/xdplb/header"
 	"github.com/xdplb/xdplb/health"
-	"github.com/xdplb/xdplb/internal/benchutil"
+	"github.com/xdplb/xdplb/internal/lab/benchutil"
 )
 
 // The Mux's whole data path in memory — Parse → uplink VNI → ICMP →

@@ -14,8 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdplb/xdplb/control"
-	"github.com/xdplb/xdplb/internal/fleetlab"
-	"github.com/xdplb/xdplb/internal/fleetlab/fleetlabtest"
+	"github.com/xdplb/xdplb/internal/lab/fleetlab"
+	"github.com/xdplb/xdplb/internal/lab/fleetlab/fleetlabtest"
 	"github.com/xdplb/xdplb/internal/node"
 )
 

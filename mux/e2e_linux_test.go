@@ -15,7 +15,7 @@ import (
 
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/flow"
-	"github.com/xdplb/xdplb/internal/netlab"
+	"github.com/xdplb/xdplb/internal/lab/netlab"
 )
 
 // TestMuxEndToEnd runs two examples/mux processes behind BIRD 2 and checks

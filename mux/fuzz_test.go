@@ -17,7 +17,7 @@ import (
 	"github.com/xdplb/xdplb/encap"
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
-	"github.com/xdplb/xdplb/internal/gpkt"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
 // FuzzMuxPipeline drives the Mux's whole in-memory data path — the stages

@@ -13,7 +13,7 @@ import (
 
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/engine"
-	"github.com/xdplb/xdplb/internal/gpkt"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
 // TestMuxSourceFilterFollowsDocument: the Mux's source filter refuses the

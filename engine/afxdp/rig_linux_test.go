@@ -21,7 +21,7 @@ import (
 
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/engine/afxdp"
-	"github.com/xdplb/xdplb/internal/netlab"
+	"github.com/xdplb/xdplb/internal/lab/netlab"
 )
 
 // Test topology: namespace "lb" holds xdp0 (the AF_XDP side), namespace

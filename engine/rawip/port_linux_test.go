@@ -13,7 +13,7 @@ import (
 
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/engine/rawip"
-	"github.com/xdplb/xdplb/internal/netlab"
+	"github.com/xdplb/xdplb/internal/lab/netlab"
 )
 
 // frame builds an Ethernet frame (optionally VLAN-tagged) carrying UDP

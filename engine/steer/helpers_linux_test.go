@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/xdplb/xdplb/internal/gpkt"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
 // Test addresses: 198.18.0.0/15 and 2001:db8::/32 only.

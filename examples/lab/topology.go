@@ -12,8 +12,8 @@ import (
 
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/health"
-	"github.com/xdplb/xdplb/internal/fleetlab"
-	"github.com/xdplb/xdplb/internal/netlab"
+	"github.com/xdplb/xdplb/internal/lab/fleetlab"
+	"github.com/xdplb/xdplb/internal/lab/netlab"
 )
 
 // The lab's topology is fleetlab's fleet with two clients, dual-stack

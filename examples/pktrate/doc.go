@@ -2,7 +2,7 @@
 // topology of network namespaces and veths, sends prebuilt UDP frames
 // from an AF_XDP socket, counts what arrives with an XDP program at the
 // sink, and prints a Markdown table comparing DUT modes measured in the
-// same run (see internal/pktrate).
+// same run (see internal/lab/pktrate).
 //
 //	sudo go run ./examples/pktrate -duts xdp-redirect,kernel,l2fwd \
 //	    -size 64 -flows 1,1k -load max,200k -duration 2s -trials 5

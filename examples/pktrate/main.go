@@ -16,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/xdplb/xdplb/internal/netlab"
-	"github.com/xdplb/xdplb/internal/pktrate"
+	"github.com/xdplb/xdplb/internal/lab/netlab"
+	"github.com/xdplb/xdplb/internal/lab/pktrate"
 )
 
 // procFlags collects repeated -proc label=command flags.

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdplb/xdplb/internal/netlab"
+	"github.com/xdplb/xdplb/internal/lab/netlab"
 )
 
 // TestMetricsServerClosesIdleConnections: a scraper that keeps its

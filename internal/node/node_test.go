@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdplb/xdplb/internal/fleetlab"
+	"github.com/xdplb/xdplb/internal/lab/fleetlab"
 )
 
 // TestSide: Stop cancels every side goroutine and waits for it; a failure
