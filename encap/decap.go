@@ -87,8 +87,8 @@ func (c DecapConfig) Validate() error {
 // packet's Key carries the VNI and the inner flow.
 //
 // On success p.OutPort is the endpoint's port and p.Backend is the
-// endpoint's index in the Locals snapshot the stage used (p.Rule is nil);
-// later stages get the endpoint with Locals.Of, which checks that index.
+// endpoint's index in the Endpoints snapshot the stage used (p.Rule is nil);
+// later stages get the endpoint with Endpoints.Of, which checks that index.
 // ECN marks are propagated from the outer header to the inner one as
 // RFC 6040 (normal mode) says.
 //
@@ -97,18 +97,18 @@ type Decap struct {
 	cfg     DecapConfig
 	addrs4  [][4]byte
 	addrs6  [][16]byte
-	locals  *LocalTable
+	locals  *EndpointTable
 	sources []netip.Prefix
 }
 
 // NewDecap validates cfg and returns a Decap stage delivering to the
 // endpoints published in locals.
-func NewDecap(cfg DecapConfig, locals *LocalTable) (*Decap, error) {
+func NewDecap(cfg DecapConfig, locals *EndpointTable) (*Decap, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if locals == nil {
-		return nil, errors.New("encap: NewDecap: nil LocalTable")
+		return nil, errors.New("encap: NewDecap: nil EndpointTable")
 	}
 	if cfg.Port == 0 {
 		cfg.Port = header.VXLANPort
@@ -147,7 +147,7 @@ func headerReason(err error, bad engine.DropReason) engine.DropReason {
 	return bad
 }
 
-func (d *Decap) decap(p *engine.Packet, ls *Locals) engine.DropReason {
+func (d *Decap) decap(p *engine.Packet, ls *Endpoints) engine.DropReason {
 	data := p.Data()
 	et, l3, err := header.ParseEthernet(data)
 	if err != nil {
@@ -345,15 +345,15 @@ func decapECN(p *engine.Packet, outer uint8) engine.DropReason {
 
 var _ engine.Stage = (*Decap)(nil)
 
-// LocalsSource is a batch snapshot (engine.Batch.Snapshot) that carries
+// EndpointsSource is a batch snapshot (engine.Batch.Snapshot) that carries
 // the local endpoints, so that Decap reads the batch's version of them.
-type LocalsSource interface{ EncapLocals() *Locals }
+type EndpointsSource interface{ BatchEndpoints() *Endpoints }
 
 // localsFor returns the endpoints of batch b: its snapshot's, when that is
-// a LocalsSource, else the LocalTable's current ones.
-func (d *Decap) localsFor(b *engine.Batch) *Locals {
-	if ls, ok := b.Snapshot.(LocalsSource); ok {
-		if l := ls.EncapLocals(); l != nil {
+// a EndpointsSource, else the EndpointTable's current ones.
+func (d *Decap) localsFor(b *engine.Batch) *Endpoints {
+	if ls, ok := b.Snapshot.(EndpointsSource); ok {
+		if l := ls.BatchEndpoints(); l != nil {
 			return l
 		}
 	}

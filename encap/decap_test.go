@@ -16,7 +16,7 @@ import (
 	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
-func newDecap(t testing.TB, cfg encap.DecapConfig, lt *encap.LocalTable) *encap.Decap {
+func newDecap(t testing.TB, cfg encap.DecapConfig, lt *encap.EndpointTable) *encap.Decap {
 	if cfg.Addrs == nil {
 		cfg.Addrs = []netip.Addr{host4, host6}
 	}
@@ -168,7 +168,7 @@ func TestDecapDrops(t *testing.T) {
 	}
 
 	t.Run("no locals published", func(t *testing.T) {
-		d := newDecap(t, encap.DecapConfig{}, new(encap.LocalTable))
+		d := newDecap(t, encap.DecapConfig{}, new(encap.EndpointTable))
 		ps := r.loadRaw(ok)
 		r.run(d)
 		assert.Equal(t, "unknown_local", reason(ps[0]))

@@ -71,15 +71,15 @@
 // (DecapConfig.Addrs), optionally only from the Muxes' prefixes
 // (DecapConfig.Sources), not fragmented, UDP to the VXLAN port with a
 // length equal to the IP payload's, VXLAN with the I flag. It finds the
-// endpoint in a Locals snapshot by (VNI, inner destination MAC), strips
+// endpoint in an Endpoints snapshot by (VNI, inner destination MAC), strips
 // the outer headers and parses the inner frame with engine.ParsePacket (so
 // Packet.Key carries the VNI). Each failure has its own drop reason.
 //
 // The endpoint is recorded without a new Packet field: Packet.OutPort is
-// its port and Packet.Backend its index in the Locals snapshot (Packet.Rule
+// its port and Packet.Backend its index in the Endpoints snapshot (Packet.Rule
 // is nil, which tells a Host Agent packet from a balanced one). Because the
-// LocalTable may be swapped between two stages of one batch, a later stage
-// resolves the endpoint with Locals.Of, which checks the index against the
+// EndpointTable may be swapped between two stages of one batch, a later stage
+// resolves the endpoint with Endpoints.Of, which checks the index against the
 // packet's VNI and inner destination MAC and looks it up again on a
 // mismatch.
 //

@@ -105,13 +105,13 @@ func Example() {
 // headers, finds the endpoint by (VNI, inner MAC), strips the encapsulation
 // and parses the inner frame.
 func Example_hostAgent() {
-	locals, err := encap.NewLocals([]encap.Local{
+	locals, err := encap.NewEndpoints([]encap.Endpoint{
 		{VNI: 7001, MAC: header.MAC{2, 0, 0, 0, 0xaa, 1}, Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}, OutPort: 1, Name: "vm1"},
 	})
 	if err != nil {
 		panic(err)
 	}
-	var table encap.LocalTable
+	var table encap.EndpointTable
 	table.Store(locals)
 	dec, err := encap.NewDecap(encap.DecapConfig{Addrs: []netip.Addr{netip.MustParseAddr("198.19.2.2")}}, &table)
 	if err != nil {

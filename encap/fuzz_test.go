@@ -118,9 +118,9 @@ func FuzzEncapDecapRoundTrip(f *testing.F) {
 		e.Process(&b)
 		require.Equal(t, engine.VerdictTX, p.Verdict, "encap dropped: %v", p.Reason)
 
-		ls, err := encap.NewLocals([]encap.Local{{VNI: vni, MAC: dipMAC, Addrs: []netip.Addr{dip4}, OutPort: 5}})
+		ls, err := encap.NewEndpoints([]encap.Endpoint{{VNI: vni, MAC: dipMAC, Addrs: []netip.Addr{dip4}, OutPort: 5}})
 		require.NoError(t, err)
-		var lt encap.LocalTable
+		var lt encap.EndpointTable
 		lt.Store(ls)
 		d := newDecap(t, encap.DecapConfig{VerifyUDPChecksum: true}, &lt)
 		b.Reset()

@@ -316,13 +316,13 @@ func (v vxlan) build() []byte {
 
 // locals returns a table with the test endpoints: index 0 the DIP in
 // testVNI, index 1 another endpoint.
-func locals(t testing.TB) *encap.LocalTable {
-	ls, err := encap.NewLocals([]encap.Local{
+func locals(t testing.TB) *encap.EndpointTable {
+	ls, err := encap.NewEndpoints([]encap.Endpoint{
 		{VNI: testVNI, MAC: dipMAC, Addrs: []netip.Addr{dip4}, OutPort: 7, Name: "vm1"},
 		{VNI: testVNI + 1, MAC: dipMAC, Addrs: []netip.Addr{dip4}, OutPort: 8, Name: "vm2"},
 	})
 	require.NoError(t, err)
-	var lt encap.LocalTable
+	var lt encap.EndpointTable
 	lt.Store(ls)
 	return &lt
 }

@@ -10,12 +10,12 @@ import (
 	"github.com/xdplb/xdplb/header"
 )
 
-// Local is an endpoint (a VM or container NIC) behind a Host Agent: where
+// Endpoint is an endpoint (a VM or container NIC) behind a Host Agent: where
 // the Decap stage delivers a decapsulated frame. It is found by (VNI,
 // MAC) alone; its addresses — an IPv4 one, an IPv6 one, or one of each
 // for a dual-stack VM on one MAC — are the DIPs the NAT stages find by
-// address (nat.Locals).
-type Local struct {
+// address (nat.DIPs).
+type Endpoint struct {
 	// VNI is the tenant network the endpoint is on (24 bits).
 	VNI uint32
 	// MAC is the endpoint's MAC address, the inner Ethernet destination
@@ -31,14 +31,14 @@ type Local struct {
 	Name string
 }
 
-// ErrInvalidLocal is returned, wrapped with detail, by NewLocals.
+// ErrInvalidLocal is returned, wrapped with detail, by NewEndpoints.
 var ErrInvalidLocal = errors.New("encap: invalid local endpoint")
 
-// Locals is an immutable set of local endpoints indexed by (VNI, MAC). Build
-// it with NewLocals and publish it through a LocalTable; it never changes
+// Endpoints is an immutable set of local endpoints indexed by (VNI, MAC). Build
+// it with NewEndpoints and publish it through a EndpointTable; it never changes
 // afterwards, so the data path reads it without locks.
-type Locals struct {
-	list  []Local
+type Endpoints struct {
+	list  []Endpoint
 	slots []localSlot // open addressing, linear probing, power-of-two size
 	mask  uint64
 }
@@ -62,13 +62,13 @@ func localHash(vni uint32, mac uint64) uint64 {
 	return x ^ x>>32
 }
 
-// NewLocals validates locals and returns an indexed set of copies. It
+// NewEndpoints validates locals and returns an indexed set of copies. It
 // checks: VNI within 24 bits; MAC set and unicast; one or two Addrs, each
 // set, without a zone (an IPv4-mapped address is unmapped), at most one
 // per family; no two endpoints with the same (VNI, MAC) or the same (VNI,
 // address).
-func NewLocals(locals []Local) (*Locals, error) {
-	l := &Locals{list: append([]Local(nil), locals...)}
+func NewEndpoints(locals []Endpoint) (*Endpoints, error) {
+	l := &Endpoints{list: append([]Endpoint(nil), locals...)}
 	for i := range l.list {
 		l.list[i].Addrs = append([]netip.Addr(nil), l.list[i].Addrs...)
 	}
@@ -141,7 +141,7 @@ func family(a netip.Addr) string {
 
 // Lookup returns the index of the endpoint with the given VNI and MAC. It
 // does not allocate; a nil *Locals holds nothing.
-func (l *Locals) Lookup(vni uint32, mac header.MAC) (int, bool) {
+func (l *Endpoints) Lookup(vni uint32, mac header.MAC) (int, bool) {
 	if l == nil {
 		return -1, false
 	}
@@ -158,7 +158,7 @@ func (l *Locals) Lookup(vni uint32, mac header.MAC) (int, bool) {
 }
 
 // Len returns the number of endpoints.
-func (l *Locals) Len() int {
+func (l *Endpoints) Len() int {
 	if l == nil {
 		return 0
 	}
@@ -166,12 +166,12 @@ func (l *Locals) Len() int {
 }
 
 // At returns the endpoint at index i (0 ≤ i < Len()), in the order given
-// to NewLocals. It must not be modified.
-func (l *Locals) At(i int) *Local { return &l.list[i] }
+// to NewEndpoints. It must not be modified.
+func (l *Endpoints) At(i int) *Endpoint { return &l.list[i] }
 
-// All returns the endpoints in the order given to NewLocals. The slice
+// All returns the endpoints in the order given to NewEndpoints. The slice
 // must not be modified.
-func (l *Locals) All() []Local {
+func (l *Endpoints) All() []Endpoint {
 	if l == nil {
 		return nil
 	}
@@ -183,9 +183,9 @@ func (l *Locals) All() []Local {
 // against the packet's VNI (Key.VNI) and inner destination MAC, and looks
 // the pair up again when they do not match — when l is a newer snapshot
 // than the one Decap used, say — so a later stage that loads the
-// LocalTable itself never gets another endpoint's entry. It does not
+// EndpointTable itself never gets another endpoint's entry. It does not
 // allocate.
-func (l *Locals) Of(p *engine.Packet) (*Local, bool) {
+func (l *Endpoints) Of(p *engine.Packet) (*Endpoint, bool) {
 	data := p.Data()
 	if l == nil || len(data) < header.EthernetSize {
 		return nil, false
@@ -204,10 +204,10 @@ func (l *Locals) Of(p *engine.Packet) (*Local, bool) {
 	return &l.list[i], true
 }
 
-// LocalTable publishes the current Locals to the data path: the Decap
+// EndpointTable publishes the current Locals to the data path: the Decap
 // stage loads it once per batch; the control plane builds a new Locals and
 // stores it whole. Before the first Store it holds nothing and every
 // packet is dropped with unknown_local.
-type LocalTable struct {
-	atomic.Pointer[Locals]
+type EndpointTable struct {
+	atomic.Pointer[Endpoints]
 }

@@ -33,8 +33,8 @@
 // while a worker snapshot is there. So every packet of a batch, through
 // every stage, sees one version, and a reload is one pointer store. The
 // Mux publishes its rules and VNI index this way, the Host Agent its
-// rules, local endpoints (encap.LocalsSource) and NAT view
-// (nat.ViewSource). Stages built with their own flow.Rules (or LocalTable,
+// rules, local endpoints (encap.EndpointsSource) and NAT view
+// (nat.ViewSource). Stages built with their own flow.Rules (or EndpointTable,
 // or Translator state) fall back to loading it when run without a worker
 // snapshot (tests, hand-made batches). Not yet in the snapshot: the source
 // filters' prefix sets (guard), which change only with the infrastructure

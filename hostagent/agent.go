@@ -85,7 +85,7 @@ type Agent struct {
 	log       *slog.Logger
 	rules     *flow.Rules
 	table     *nat.Table
-	endpoints encap.LocalTable
+	endpoints encap.EndpointTable
 	snapshot  atomic.Pointer[agentSnapshot] // the workers' (publish)
 	watcher   *control.Watcher
 	rebuild   chan *rebuild // a document changes the data path's structure: to Run
@@ -93,11 +93,11 @@ type Agent struct {
 	doneOnce  sync.Once
 
 	mu      sync.Mutex
-	plan    *Plan          // the running document's plan
-	snap    *flow.Snapshot // its rules
-	locals  *encap.Locals  // plan.Endpoints, indexed
-	dips    *nat.Locals    // plan.DIPs, indexed
-	dp      *dataPath      // nil while no data path runs
+	plan    *Plan            // the running document's plan
+	snap    *flow.Snapshot   // its rules
+	locals  *encap.Endpoints // plan.Endpoints, indexed
+	dips    *nat.DIPs        // plan.DIPs, indexed
+	dp      *dataPath        // nil while no data path runs
 	retired engine.Stats
 	retNAT  nat.Stats
 	builds  uint64
@@ -250,11 +250,11 @@ func (a *Agent) apply(doc *control.Document) error {
 	if len(plan.TunnelSources) == 0 {
 		return fmt.Errorf("hostagent: %s: version %d: %w", a.cfg.ConfigPath, doc.Version, ErrNoTunnelSources)
 	}
-	locals, err := encap.NewLocals(plan.Endpoints)
+	locals, err := encap.NewEndpoints(plan.Endpoints)
 	if err != nil {
 		return fmt.Errorf("hostagent: version %d: %w", doc.Version, err)
 	}
-	dips, err := nat.NewLocals(plan.DIPs)
+	dips, err := nat.NewDIPs(plan.DIPs)
 	if err != nil {
 		return fmt.Errorf("hostagent: version %d: %w", doc.Version, err)
 	}
@@ -280,7 +280,7 @@ func (a *Agent) apply(doc *control.Document) error {
 			a.set(v)
 			a.publish()
 			a.dp.plan = plan
-			a.dp.nat.SetLocals(dips) // also builds the NAT view of the new rules
+			a.dp.nat.SetDIPs(dips) // also builds the NAT view of the new rules
 		}
 		a.mu.Unlock()
 		if err != nil {
@@ -323,8 +323,8 @@ func (a *Agent) apply(doc *control.Document) error {
 type version struct {
 	plan   *Plan
 	snap   *flow.Snapshot
-	locals *encap.Locals
-	dips   *nat.Locals
+	locals *encap.Endpoints
+	dips   *nat.DIPs
 }
 
 // set makes v the agent's version (not published yet). Called with a.mu
@@ -362,7 +362,7 @@ func (a *Agent) publish() {
 // version.
 type agentSnapshot struct {
 	rules     *flow.Snapshot
-	endpoints *encap.Locals
+	endpoints *encap.Endpoints
 	nat       *nat.View
 }
 
@@ -374,8 +374,8 @@ func (s *agentSnapshot) RuleSnapshot() *flow.Snapshot {
 	return s.rules
 }
 
-// EncapLocals implements encap.LocalsSource.
-func (s *agentSnapshot) EncapLocals() *encap.Locals {
+// BatchEndpoints implements encap.EndpointsSource.
+func (s *agentSnapshot) BatchEndpoints() *encap.Endpoints {
 	if s == nil {
 		return nil
 	}
@@ -389,6 +389,13 @@ func (s *agentSnapshot) NATView() *nat.View {
 	}
 	return s.nat
 }
+
+// The sources the stages read an agentSnapshot through.
+var (
+	_ engine.RuleSource     = (*agentSnapshot)(nil)
+	_ encap.EndpointsSource = (*agentSnapshot)(nil)
+	_ nat.ViewSource        = (*agentSnapshot)(nil)
+)
 
 // batchSnapshot is the workers' engine.WorkerConfig.Snapshot.
 func (a *Agent) batchSnapshot() any { return a.snapshot.Load() }

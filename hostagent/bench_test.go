@@ -54,7 +54,7 @@ func newHABenchRig(tb testing.TB, natCapacity int) *haBenchRig {
 	tr, err := nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra,
 		Direct: slowPort(plan), HasDirect: true})
 	require.NoError(tb, err)
-	tr.SetLocals(dips)
+	tr.SetDIPs(dips)
 	inbound, returns, err := a.pipelines(plan, tr, uplinkIndex, fixedHop{})
 	require.NoError(tb, err)
 

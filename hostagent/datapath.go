@@ -78,7 +78,7 @@ type iface struct {
 // while run forwards: whatever fails there (a foreign XDP program on the
 // new port, an interface without the queues, no memory for the rings)
 // fails the build before anything of run is touched.
-func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *nexthop.Resolver, run *dataPath) (_ *dataPath, err error) {
+func (a *Agent) open(plan *Plan, dips *nat.DIPs, up *net.Interface, resolver *nexthop.Resolver, run *dataPath) (_ *dataPath, err error) {
 	dp := &dataPath{plan: plan}
 	defer func() {
 		if err != nil {
@@ -162,7 +162,7 @@ func (a *Agent) open(plan *Plan, dips *nat.Locals, up *net.Interface, resolver *
 		Direct: slowPort(plan), HasDirect: true}); err != nil {
 		return nil, fmt.Errorf("hostagent: %w", err)
 	}
-	dp.nat.SetLocals(dips)
+	dp.nat.SetDIPs(dips)
 	// The slow path: a reply to a client whose next hop the resolver has
 	// not resolved yet (the first reply into a route it has not seen, or
 	// to a client behind an ECMP route or on-link) goes through the kernel

@@ -91,7 +91,7 @@ func newPipeRigDoc(t testing.TB, text string, capture bool) *pipeRig {
 	tr, err := nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra,
 		Direct: slowPort(plan), HasDirect: true})
 	require.NoError(t, err)
-	tr.SetLocals(dips)
+	tr.SetDIPs(dips)
 	inbound, returns, err := a.pipelines(plan, tr, uplinkIndex, fixedHop{})
 	require.NoError(t, err)
 	r := &pipeRig{a: a, tr: tr}

@@ -39,9 +39,9 @@ type Plan struct {
 	// in document order. A dual-stack VM, listed once per address family
 	// with the same MAC and interface, is one endpoint with both
 	// addresses (in document order).
-	Endpoints []encap.Local
+	Endpoints []encap.Endpoint
 	// DIPs are the VMs' addresses for the NAT stages.
-	DIPs []nat.Local
+	DIPs []nat.DIP
 	// Infra are the prefixes whose traffic is never translated: the
 	// document's infra_prefixes, the host's own address and
 	// Config.Infra. Replies from a DIP to them go to the kernel.
@@ -81,7 +81,7 @@ var ErrHostNotFound = errors.New("hostagent: host not in the document")
 // document's infrastructure prefixes. It refuses a document that does not
 // list the host, that puts VMs of two VNIs on one interface, that lists a
 // (VNI, MAC) on two interfaces or with two addresses of one family, or
-// whose VMs the data path cannot index (encap.NewLocals, nat.NewLocals).
+// whose VMs the data path cannot index (encap.NewEndpoints, nat.NewDIPs).
 func NewPlan(doc *control.Document, host string, extraInfra []netip.Prefix) (*Plan, error) {
 	h, ok := doc.Host(host)
 	if !ok {
@@ -126,7 +126,7 @@ func NewPlan(doc *control.Document, host string, extraInfra []netip.Prefix) (*Pl
 			return nil, fmt.Errorf("hostagent: host %q: interface %s has VMs in VNI %d and VNI %d; "+
 				"a VM port belongs to one tenant network", h.Name, vm.Interface, vp.VNI, vm.VNI)
 		}
-		p.DIPs = append(p.DIPs, nat.Local{VNI: vm.VNI, Addr: vm.Address})
+		p.DIPs = append(p.DIPs, nat.DIP{VNI: vm.VNI, Addr: vm.Address})
 		// A dual-stack VM is listed once per address family with the
 		// same MAC and interface: one endpoint with both addresses.
 		k := vniMAC{vm.VNI, vm.MAC}
@@ -149,13 +149,13 @@ func NewPlan(doc *control.Document, host string, extraInfra []netip.Prefix) (*Pl
 		}
 		byMAC[k] = len(p.Endpoints)
 		first = append(first, j)
-		p.Endpoints = append(p.Endpoints, encap.Local{VNI: vm.VNI, MAC: header.MAC(vm.MAC),
+		p.Endpoints = append(p.Endpoints, encap.Endpoint{VNI: vm.VNI, MAC: header.MAC(vm.MAC),
 			Addrs: []netip.Addr{vm.Address}, OutPort: vp.Index, Name: vm.Interface + "/" + vm.Address.String()})
 	}
-	if _, err := encap.NewLocals(p.Endpoints); err != nil {
+	if _, err := encap.NewEndpoints(p.Endpoints); err != nil {
 		return nil, fmt.Errorf("hostagent: host %q: %w", h.Name, err)
 	}
-	if _, err := nat.NewLocals(p.DIPs); err != nil {
+	if _, err := nat.NewDIPs(p.DIPs); err != nil {
 		return nil, fmt.Errorf("hostagent: host %q: %w", h.Name, err)
 	}
 

@@ -97,10 +97,10 @@ func TestNewPlan(t *testing.T) {
 
 			// Endpoints for Decap, DIPs for NAT: in document order.
 			require.Len(t, p.Endpoints, 3)
-			assert.Equal(t, encap.Local{VNI: 100, MAC: [6]byte{2, 0, 0, 0, 1, 3}, Addrs: []netip.Addr{addr("198.19.1.3")}, OutPort: 3, Name: "vm3/198.19.1.3"}, p.Endpoints[0])
+			assert.Equal(t, encap.Endpoint{VNI: 100, MAC: [6]byte{2, 0, 0, 0, 1, 3}, Addrs: []netip.Addr{addr("198.19.1.3")}, OutPort: 3, Name: "vm3/198.19.1.3"}, p.Endpoints[0])
 			assert.EqualValues(t, 1, p.Endpoints[1].OutPort)
 			assert.EqualValues(t, 2, p.Endpoints[2].OutPort)
-			assert.Equal(t, []nat.Local{{VNI: 100, Addr: addr("198.19.1.3")}, {VNI: 100, Addr: addr("198.19.1.2")}, {VNI: 200, Addr: addr("198.19.1.2")}}, p.DIPs)
+			assert.Equal(t, []nat.DIP{{VNI: 100, Addr: addr("198.19.1.3")}, {VNI: 100, Addr: addr("198.19.1.2")}, {VNI: 200, Addr: addr("198.19.1.2")}}, p.DIPs)
 		})
 	}
 }
@@ -180,23 +180,23 @@ hosts:
 	addr := netip.MustParseAddr
 	p, err := hostagent.NewPlan(mustDoc(t, dual), "h", nil)
 	require.NoError(t, err)
-	assert.Equal(t, []encap.Local{
+	assert.Equal(t, []encap.Endpoint{
 		{VNI: 100, MAC: [6]byte{2, 0, 0, 0, 1, 2}, Addrs: []netip.Addr{addr("198.19.1.2"), addr("2001:db8:1::2")}, OutPort: 1, Name: "vm2/198.19.1.2,2001:db8:1::2"},
 		{VNI: 100, MAC: [6]byte{2, 0, 0, 0, 1, 3}, Addrs: []netip.Addr{addr("2001:db8:1::3")}, OutPort: 2, Name: "vm3/2001:db8:1::3"},
 	}, p.Endpoints)
-	assert.Equal(t, []nat.Local{{VNI: 100, Addr: addr("198.19.1.2")}, {VNI: 100, Addr: addr("2001:db8:1::3")}, {VNI: 100, Addr: addr("2001:db8:1::2")}}, p.DIPs)
+	assert.Equal(t, []nat.DIP{{VNI: 100, Addr: addr("198.19.1.2")}, {VNI: 100, Addr: addr("2001:db8:1::3")}, {VNI: 100, Addr: addr("2001:db8:1::2")}}, p.DIPs)
 	require.Len(t, p.Ports, 2)
 	assert.ElementsMatch(t, []steer.SrcRule{{Addr: addr("198.19.1.2"), Port: 8080}, {Addr: addr("2001:db8:1::2"), Port: 8080}}, p.Ports[0].Steer.Src)
 	assert.Equal(t, []steer.SrcRule{{Addr: addr("2001:db8:1::3"), Port: 80}}, p.Ports[1].Steer.Src)
 
 	// The data path indexes it: one port, found by (VNI, MAC); both DIPs
 	// found by address.
-	ls, err := encap.NewLocals(p.Endpoints)
+	ls, err := encap.NewEndpoints(p.Endpoints)
 	require.NoError(t, err)
 	i, ok := ls.Lookup(100, [6]byte{2, 0, 0, 0, 1, 2})
 	require.True(t, ok)
 	assert.EqualValues(t, 1, ls.At(i).OutPort)
-	dips, err := nat.NewLocals(p.DIPs)
+	dips, err := nat.NewDIPs(p.DIPs)
 	require.NoError(t, err)
 	assert.True(t, dips.Contains(100, addr("2001:db8:1::2")))
 	assert.True(t, dips.Contains(100, addr("198.19.1.2")))

@@ -45,7 +45,7 @@ func TestOneVersionPerBatch(t *testing.T) {
 	tr, err := nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra,
 		Direct: slowPort(plan), HasDirect: true})
 	require.NoError(t, err)
-	tr.SetLocals(dips)
+	tr.SetDIPs(dips)
 	inbound, _, err := a.pipelines(plan, tr, uplinkIndex, fixedHop{})
 	require.NoError(t, err)
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/xdplb/xdplb/bgp"
 	"github.com/xdplb/xdplb/control"
+	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/engine/steer"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/health"
@@ -406,6 +407,8 @@ type muxSnapshot struct {
 	rules *flow.Snapshot
 	vnis  *vniIndex
 }
+
+var _ engine.RuleSource = (*muxSnapshot)(nil)
 
 // RuleSnapshot implements engine.RuleSource.
 func (s *muxSnapshot) RuleSnapshot() *flow.Snapshot {

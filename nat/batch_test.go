@@ -184,7 +184,7 @@ func TestConcurrentWorkers(t *testing.T) {
 				return
 			}
 			if v%3 == 0 {
-				e.tr.SetLocals(nat.MustLocals(testLocals()...))
+				e.tr.SetDIPs(nat.MustDIPs(testLocals()...))
 			} else {
 				e.tr.Sync()
 			}

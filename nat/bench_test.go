@@ -41,7 +41,7 @@ func benchEnv(b *testing.B, nflows int) *env {
 	if e.table, err = nat.NewTable(nat.TableConfig{Capacity: max(nflows, 1024)}); err != nil {
 		b.Fatal(err)
 	}
-	e.tr, err = nat.New(nat.Config{Rules: e.rules, Table: e.table, Locals: testLocals(), Uplink: uplink,
+	e.tr, err = nat.New(nat.Config{Rules: e.rules, Table: e.table, DIPs: testLocals(), Uplink: uplink,
 		Infra: infra, Clock: func() flow.Tick { return e.now }})
 	if err != nil {
 		b.Fatal(err)

@@ -9,7 +9,7 @@
 //
 // A Translator (New) holds what both stages share: the rules (flow.Rules,
 // the same versioned VIP → pool configuration the Muxes run), the DIPs this
-// node hosts (Locals, keyed by VNI and address), the connection Table, the
+// node hosts (DIPs, keyed by VNI and address), the connection Table, the
 // infrastructure prefixes and the counters. Its Inbound and Return stages
 // are engine.Stages, safe for concurrent use by every worker.
 //

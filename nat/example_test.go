@@ -55,7 +55,7 @@ func Example() {
 	tr, _ := nat.New(nat.Config{
 		Rules:  rules,
 		Table:  table,
-		Locals: []nat.Local{{VNI: vni, Addr: netip.MustParseAddr("198.19.1.1")}}, // web-1 runs here
+		DIPs: []nat.DIP{{VNI: vni, Addr: netip.MustParseAddr("198.19.1.1")}}, // web-1 runs here
 		Uplink: 0,
 		Infra:  []netip.Prefix{netip.MustParsePrefix("198.18.200.0/24")},
 	})
@@ -112,7 +112,7 @@ func ExampleTable_Lookup() {
 	}})
 	table, _ := nat.NewTable(nat.TableConfig{Capacity: 1024})
 	tr, _ := nat.New(nat.Config{Rules: rules, Table: table,
-		Locals: []nat.Local{{VNI: vni, Addr: netip.MustParseAddr("198.19.1.1")}}})
+		DIPs: []nat.DIP{{VNI: vni, Addr: netip.MustParseAddr("198.19.1.1")}}})
 
 	// One decapsulated client SYN through the Inbound stage.
 	client := netip.MustParseAddrPort("198.18.0.7:40000")

@@ -238,18 +238,18 @@ type env struct {
 
 type envOpt func(*nat.Config)
 
-func newEnv(t testing.TB, rules []flow.Rule, locals []nat.Local, opts ...envOpt) *env {
+func newEnv(t testing.TB, rules []flow.Rule, locals []nat.DIP, opts ...envOpt) *env {
 	return newEnvTable(t, nat.TableConfig{Capacity: 4096}, rules, locals, opts...)
 }
 
 // newEnvTable is newEnv with a table of the given configuration.
-func newEnvTable(t testing.TB, tc nat.TableConfig, rules []flow.Rule, locals []nat.Local, opts ...envOpt) *env {
+func newEnvTable(t testing.TB, tc nat.TableConfig, rules []flow.Rule, locals []nat.DIP, opts ...envOpt) *env {
 	e := &env{t: t, rules: flow.NewRules(), now: 1000}
 	_, err := e.rules.Update(1, rules)
 	require.NoError(t, err)
 	e.table, err = nat.NewTable(tc)
 	require.NoError(t, err)
-	cfg := nat.Config{Rules: e.rules, Table: e.table, Locals: locals, Uplink: uplink, Infra: infra,
+	cfg := nat.Config{Rules: e.rules, Table: e.table, DIPs: locals, Uplink: uplink, Infra: infra,
 		Clock: func() flow.Tick { return e.now }}
 	for _, o := range opts {
 		o(&cfg)
@@ -351,8 +351,8 @@ func testRules() []flow.Rule {
 	}
 }
 
-func testLocals() []nat.Local {
-	return []nat.Local{{VNI: vni, Addr: dipA}, {VNI: vni, Addr: dipB}, {VNI: vni, Addr: dip6}}
+func testLocals() []nat.DIP {
+	return []nat.DIP{{VNI: vni, Addr: dipA}, {VNI: vni, Addr: dipB}, {VNI: vni, Addr: dip6}}
 }
 
 // icmpErr builds an ICMP error from src to dst (sent to dstMAC) quoting the

@@ -212,7 +212,7 @@ func (t *Translator) inboundICMPError(v *view, p *engine.Packet, c *counts) engi
 	}
 	r := v.snap.Lookup(&k)
 	if r == nil {
-		return DropNoRule
+		return DropNoNATRule
 	}
 	lb := v.rules[r.ID].pick(macWord(p.Data()))
 	if lb == nil {

@@ -66,7 +66,7 @@ func (t *Translator) inbound(v *view, p *engine.Packet, now flow.Tick, c *counts
 	}
 	r := v.snap.Lookup(k)
 	if r == nil {
-		return DropNoRule
+		return DropNoNATRule
 	}
 	lb := v.rules[r.ID].pick(macWord(p.Data()))
 	if lb == nil {

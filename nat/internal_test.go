@@ -71,7 +71,7 @@ func TestPrefixes(t *testing.T) {
 }
 
 func TestLocals(t *testing.T) {
-	l, err := NewLocals([]Local{
+	l, err := NewDIPs([]DIP{
 		{VNI: 1, Addr: netip.MustParseAddr("198.19.0.1")},
 		{VNI: 1, Addr: netip.MustParseAddr("::ffff:198.19.0.1")}, // the same, mapped
 		{VNI: 2, Addr: netip.MustParseAddr("198.19.0.1")},
@@ -86,15 +86,15 @@ func TestLocals(t *testing.T) {
 	require.False(t, l.Contains(1, netip.MustParseAddr("::c613:1")), "IPv4-compatible is IPv6")
 	require.True(t, l.Contains(1, netip.MustParseAddr("2001:db8::1")))
 
-	for _, bad := range []Local{
+	for _, bad := range []DIP{
 		{VNI: 1},
 		{VNI: 1 << 24, Addr: netip.MustParseAddr("198.19.0.1")},
 		{VNI: 1, Addr: netip.MustParseAddr("fe80::1%eth0")},
 	} {
-		_, err := NewLocals([]Local{bad})
+		_, err := NewDIPs([]DIP{bad})
 		require.ErrorIs(t, err, ErrInvalidLocal, "%+v", bad)
 	}
-	var nilL *Locals
+	var nilL *DIPs
 	require.False(t, nilL.Contains(1, netip.MustParseAddr("198.19.0.1")))
 	require.Zero(t, nilL.Len())
 	require.Nil(t, nilL.List())
@@ -108,7 +108,7 @@ func TestConfigErrors(t *testing.T) {
 		"no rules":  {Table: tab},
 		"no table":  {Rules: rules},
 		"bad infra": {Rules: rules, Table: tab, Infra: []netip.Prefix{{}}},
-		"bad local": {Rules: rules, Table: tab, Locals: []Local{{VNI: 1}}},
+		"bad local": {Rules: rules, Table: tab, DIPs: []DIP{{VNI: 1}}},
 	} {
 		_, err := New(cfg)
 		require.Error(t, err, name)
@@ -124,8 +124,8 @@ func TestConfigErrors(t *testing.T) {
 	}
 	tr, err := New(Config{Rules: rules, Table: tab})
 	require.NoError(t, err)
-	tr.SetLocals(nil)
-	require.Zero(t, tr.Locals().Len())
+	tr.SetDIPs(nil)
+	require.Zero(t, tr.DIPs().Len())
 	require.Same(t, tab, tr.Table())
 }
 
@@ -153,7 +153,7 @@ func TestView(t *testing.T) {
 		}},
 	}, nil)
 	require.NoError(t, err)
-	loc := MustLocals(Local{VNI: 5, Addr: d1}, Local{VNI: 5, Addr: d6})
+	loc := MustDIPs(DIP{VNI: 5, Addr: d1}, DIP{VNI: 5, Addr: d6})
 	v := buildView(snap, loc)
 	require.Equal(t, 1, v.skipped)
 	require.Len(t, v.rules[0].local, 1)

@@ -7,19 +7,19 @@ import (
 	"slices"
 )
 
-// Local is one DIP hosted on this node: a VM's (or container's) address in
+// DIP is one DIP hosted on this node: a VM's (or container's) address in
 // its tenant network.
-type Local struct {
+type DIP struct {
 	VNI  uint32     // the tenant network (24 bits)
 	Addr netip.Addr // the DIP; an IPv4-mapped IPv6 address is unmapped
 }
 
-// Locals is an immutable set of the DIPs this node hosts, keyed by (VNI,
-// address). Build it with NewLocals and publish it with
-// Translator.SetLocals; the stages read it through the Translator's view.
-type Locals struct {
+// DIPs is an immutable set of the DIPs this node hosts, keyed by (VNI,
+// address). Build it with NewDIPs and publish it with
+// Translator.SetDIPs; the stages read it through the Translator's view.
+type DIPs struct {
 	set  map[localKey]struct{}
-	list []Local
+	list []DIP
 }
 
 type localKey struct {
@@ -28,13 +28,13 @@ type localKey struct {
 	fam  uint8
 }
 
-// ErrInvalidLocal is wrapped by the errors NewLocals returns.
+// ErrInvalidLocal is wrapped by the errors NewDIPs returns.
 var ErrInvalidLocal = errors.New("nat: invalid local DIP")
 
-// NewLocals validates ls and returns the set. Duplicates are merged. The
+// NewDIPs validates ls and returns the set. Duplicates are merged. The
 // slice is copied.
-func NewLocals(ls []Local) (*Locals, error) {
-	l := &Locals{set: make(map[localKey]struct{}, len(ls))}
+func NewDIPs(ls []DIP) (*DIPs, error) {
+	l := &DIPs{set: make(map[localKey]struct{}, len(ls))}
 	for i, x := range ls {
 		x.Addr = x.Addr.Unmap()
 		switch {
@@ -56,9 +56,9 @@ func NewLocals(ls []Local) (*Locals, error) {
 	return l, nil
 }
 
-// MustLocals is NewLocals for tests and examples: it panics on error.
-func MustLocals(ls ...Local) *Locals {
-	l, err := NewLocals(ls)
+// MustDIPs is NewDIPs for tests and examples: it panics on error.
+func MustDIPs(ls ...DIP) *DIPs {
+	l, err := NewDIPs(ls)
 	if err != nil {
 		panic(err)
 	}
@@ -66,7 +66,7 @@ func MustLocals(ls ...Local) *Locals {
 }
 
 // Contains reports whether addr in vni is a local DIP.
-func (l *Locals) Contains(vni uint32, addr netip.Addr) bool {
+func (l *DIPs) Contains(vni uint32, addr netip.Addr) bool {
 	if l == nil {
 		return false
 	}
@@ -74,7 +74,7 @@ func (l *Locals) Contains(vni uint32, addr netip.Addr) bool {
 	return l.has(vni, fam, &a)
 }
 
-func (l *Locals) has(vni uint32, fam uint8, a *[16]byte) bool {
+func (l *DIPs) has(vni uint32, fam uint8, a *[16]byte) bool {
 	if l == nil {
 		return false
 	}
@@ -84,7 +84,7 @@ func (l *Locals) has(vni uint32, fam uint8, a *[16]byte) bool {
 
 // List returns the DIPs in the order given (duplicates removed); the slice
 // is a copy.
-func (l *Locals) List() []Local {
+func (l *DIPs) List() []DIP {
 	if l == nil {
 		return nil
 	}
@@ -92,7 +92,7 @@ func (l *Locals) List() []Local {
 }
 
 // Len returns the number of DIPs.
-func (l *Locals) Len() int {
+func (l *DIPs) Len() int {
 	if l == nil {
 		return 0
 	}

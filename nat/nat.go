@@ -13,9 +13,9 @@ import (
 
 // Drop reasons of the NAT stages.
 var (
-	// DropNoRule: an inbound packet's (VNI, proto, VIP, port) matches no
+	// DropNoNATRule: an inbound packet's (VNI, proto, VIP, port) matches no
 	// rule.
-	DropNoRule = engine.RegisterDropReason("nat_no_rule")
+	DropNoNATRule = engine.RegisterDropReason("nat_no_rule")
 	// DropNoLocalBackend: the rule has no backend hosted here whose MAC is
 	// the frame's destination.
 	DropNoLocalBackend = engine.RegisterDropReason("nat_no_local_backend")
@@ -41,9 +41,9 @@ type Config struct {
 	// Table holds the NAT state; required. Share one Table between the
 	// Translator's two stages and all workers.
 	Table *Table
-	// Locals are the DIPs this node hosts at start; SetLocals replaces
+	// DIPs are the DIPs this node hosts at start; SetDIPs replaces
 	// them.
-	Locals []Local
+	DIPs []DIP
 	// Uplink is the port index replies leave on (Packet.OutPort set by
 	// Return).
 	Uplink uint16
@@ -105,7 +105,7 @@ type Translator struct {
 	hasher  flow.Hasher
 	clock   func() flow.Tick
 
-	locals atomic.Pointer[Locals]
+	locals atomic.Pointer[DIPs]
 	view   atomic.Pointer[view]
 	build  sync.Mutex // held while building a view
 
@@ -164,7 +164,7 @@ const (
 )
 
 // New validates cfg and returns a Translator. It builds the first view of
-// the current rules and cfg.Locals.
+// the current rules and cfg.DIPs.
 func New(cfg Config) (*Translator, error) {
 	if cfg.Rules == nil {
 		return nil, errors.New("nat: Config.Rules is nil")
@@ -176,7 +176,7 @@ func New(cfg Config) (*Translator, error) {
 	if !ok {
 		return nil, fmt.Errorf("nat: invalid Config.Infra prefix in %v", cfg.Infra)
 	}
-	locals, err := NewLocals(cfg.Locals)
+	locals, err := NewDIPs(cfg.DIPs)
 	if err != nil {
 		return nil, err
 	}
@@ -203,15 +203,15 @@ func New(cfg Config) (*Translator, error) {
 // Table returns the Translator's state table.
 func (t *Translator) Table() *Table { return t.table }
 
-// Locals returns the local DIPs in force.
-func (t *Translator) Locals() *Locals { return t.locals.Load() }
+// DIPs returns the local DIPs in force.
+func (t *Translator) DIPs() *DIPs { return t.locals.Load() }
 
-// SetLocals replaces the set of local DIPs (a VM was added or removed) and
+// SetDIPs replaces the set of local DIPs (a VM was added or removed) and
 // rebuilds the view. Existing state whose backend is no longer local stops
 // matching; those replies fall back to the stateless path.
-func (t *Translator) SetLocals(l *Locals) {
+func (t *Translator) SetDIPs(l *DIPs) {
 	if l == nil {
-		l = MustLocals()
+		l = MustDIPs()
 	}
 	t.locals.Store(l)
 	t.Sync()
@@ -241,9 +241,9 @@ type View struct{ v *view }
 
 // NewView builds the view of snap and l (nil l: no local DIPs). It
 // allocates, O(backends): call it when a configuration is published.
-func NewView(snap *flow.Snapshot, l *Locals) *View {
+func NewView(snap *flow.Snapshot, l *DIPs) *View {
 	if l == nil {
-		l = MustLocals()
+		l = MustDIPs()
 	}
 	return &View{v: buildView(snap, l)}
 }

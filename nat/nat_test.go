@@ -345,7 +345,7 @@ func TestTenantIsolation(t *testing.T) {
 	rules := []flow.Rule{rule(100, 8100, macA), rule(200, 8200, mac200)}
 	// VNI 300 has the rule but no local DIP.
 	rules = append(rules, rule(300, 8300, macA))
-	locals := []nat.Local{{VNI: 100, Addr: dipA}, {VNI: 200, Addr: dipA}}
+	locals := []nat.DIP{{VNI: 100, Addr: dipA}, {VNI: 200, Addr: dipA}}
 	e := newEnv(t, rules, locals)
 	c := ap(client4, 50000)
 
@@ -437,11 +437,11 @@ func TestLocalsChange(t *testing.T) {
 	e := newEnv(t, testRules(), testLocals())
 	c := ap(client4, 43000)
 	require.Empty(t, e.inbound(tcp(c, ap(vipA, 80)).to(macA)).reason)
-	e.tr.SetLocals(nat.MustLocals(nat.Local{VNI: vni, Addr: dipB}))
+	e.tr.SetDIPs(nat.MustDIPs(nat.DIP{VNI: vni, Addr: dipB}))
 	require.Equal(t, "nat_no_state", e.reply(tcp(ap(dipA, 8080), c)).reason)
 	require.Equal(t, "nat_no_local_backend", e.inbound(tcp(c, ap(vipA, 80)).to(macA)).reason)
 	require.Empty(t, e.inbound(tcp(c, ap(vipA, 80)).to(macB)).reason)
-	require.Equal(t, 1, e.tr.Locals().Len())
+	require.Equal(t, 1, e.tr.DIPs().Len())
 }
 
 // TestBackendChoice: the inner destination MAC names the backend the Mux

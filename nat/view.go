@@ -8,13 +8,13 @@ import (
 	"github.com/xdplb/xdplb/header"
 )
 
-// view is what the stages need from one rules snapshot and one Locals set,
-// precomputed once per (snapshot, Locals) pair and immutable afterwards. A
+// view is what the stages need from one rules snapshot and one DIPs set,
+// precomputed once per (snapshot, DIPs) pair and immutable afterwards. A
 // stage loads it once per batch and uses view.snap for every rule lookup, so
 // a batch never mixes two configurations.
 type view struct {
 	snap   *flow.Snapshot
-	locals *Locals
+	locals *DIPs
 
 	// rules is indexed by Rule.ID.
 	rules []ruleInfo
@@ -169,7 +169,7 @@ func mergeAddr[K comparable](m map[K]addrChoice, k K, a [16]byte) {
 
 // buildView precomputes the stages' indexes for snap and locals. It
 // allocates; it runs once per configuration change.
-func buildView(snap *flow.Snapshot, locals *Locals) *view {
+func buildView(snap *flow.Snapshot, locals *DIPs) *view {
 	v := &view{
 		snap:      snap,
 		locals:    locals,
