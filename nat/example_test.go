@@ -55,7 +55,7 @@ func Example() {
 	tr, _ := nat.New(nat.Config{
 		Rules:  rules,
 		Table:  table,
-		DIPs: []nat.DIP{{VNI: vni, Addr: netip.MustParseAddr("198.19.1.1")}}, // web-1 runs here
+		DIPs:   []nat.DIP{{VNI: vni, Addr: netip.MustParseAddr("198.19.1.1")}}, // web-1 runs here
 		Uplink: 0,
 		Infra:  []netip.Prefix{netip.MustParsePrefix("198.18.200.0/24")},
 	})
