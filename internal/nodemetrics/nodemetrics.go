@@ -1,5 +1,3 @@
-//go:build linux
-
 // Package nodemetrics holds the Prometheus metrics that the Mux and the
 // Host Agent share — data-path counters, the running document, the
 // steering programs and the AF_XDP sockets — so both nodes export them
