@@ -11,6 +11,9 @@ const ProgramName = steerProgXdpSteer
 
 // More sentinel errors.
 var (
+	// ErrNotSupported is returned by Load where XDP is not available (not
+	// Linux). It wraps errors.ErrUnsupported.
+	ErrNotSupported = fmt.Errorf("steer: XDP needs Linux: %w", errors.ErrUnsupported)
 	// ErrClosed: the Program was closed.
 	ErrClosed = errors.New("steer: program closed")
 	// ErrAttached: Attach on a Program that is already attached.

@@ -3,16 +3,10 @@
 package steer
 
 import (
-	"errors"
-	"fmt"
 	"net/netip"
 
 	"github.com/cilium/ebpf"
 )
-
-// ErrNotSupported is returned by Load where XDP is not available: the
-// steering program needs Linux. It wraps errors.ErrUnsupported.
-var ErrNotSupported = fmt.Errorf("steer: XDP needs Linux: %w", errors.ErrUnsupported)
 
 // Program is the loaded steering program; on this system Load fails with
 // ErrNotSupported, so no Program exists, and every method of the zero
