@@ -79,21 +79,7 @@ func newPipeRig(t testing.TB, capture bool) *pipeRig { return newPipeRigDoc(t, p
 func newPipeRigDoc(t testing.TB, text string, capture bool) *pipeRig {
 	doc, err := control.Parse([]byte(text))
 	require.NoError(t, err)
-	a, err := New(Config{Uplink: "up", ConfigPath: "unused", Logger: slog.New(slog.DiscardHandler), NAT: nat.TableConfig{Capacity: 1 << 12}})
-	require.NoError(t, err)
-	a.cfg.Host = "host-1"
-	require.NoError(t, a.apply(doc))
-	a.mu.Lock()
-	a.publish()
-	plan, dips := a.plan, a.dips
-	a.mu.Unlock()
-
-	tr, err := nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra,
-		Direct: slowPort(plan), HasDirect: true})
-	require.NoError(t, err)
-	tr.SetDIPs(dips)
-	inbound, returns, err := a.pipelines(plan, tr, uplinkIndex, fixedHop{})
-	require.NoError(t, err)
+	a, plan, tr, inbound, returns := agentPipelines(t, doc)
 	r := &pipeRig{a: a, tr: tr}
 	// The workers of a running agent read its snapshot once per batch.
 	cfg := engine.WorkerConfig{Inputs: []engine.Input{{Port: UplinkPort, Pipeline: inbound}}, Snapshot: a.batchSnapshot}
@@ -110,6 +96,27 @@ func newPipeRigDoc(t testing.TB, text string, capture bool) *pipeRig {
 	r.w, err = engine.NewWorker(cfg)
 	require.NoError(t, err)
 	return r
+}
+
+// agentPipelines makes an agent for host-1 that has applied and published
+// doc (without a data path), a Translator for its plan, and the
+// pipelines a running agent would build (next hops: fixedHop).
+func agentPipelines(t testing.TB, doc *control.Document) (*Agent, *Plan, *nat.Translator, *engine.Pipeline, []*engine.Pipeline) {
+	a, err := New(Config{Uplink: "up", ConfigPath: "unused", Logger: slog.New(slog.DiscardHandler), NAT: nat.TableConfig{Capacity: 1 << 12}})
+	require.NoError(t, err)
+	a.cfg.Host = "host-1"
+	require.NoError(t, a.apply(doc))
+	a.mu.Lock()
+	a.publish()
+	plan, dips := a.plan, a.dips
+	a.mu.Unlock()
+	tr, err := nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra,
+		Direct: slowPort(plan), HasDirect: true})
+	require.NoError(t, err)
+	tr.SetDIPs(dips)
+	inbound, returns, err := a.pipelines(plan, tr, uplinkIndex, fixedHop{})
+	require.NoError(t, err)
+	return a, plan, tr, inbound, returns
 }
 
 // tcpLayers are Ethernet/IPv4/TCP headers with a payload.

@@ -2,7 +2,6 @@ package hostagent
 
 import (
 	"fmt"
-	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/engine"
-	"github.com/xdplb/xdplb/nat"
 )
 
 // TestOneVersionPerBatch applies and publishes documents as fast as it
@@ -34,20 +32,7 @@ func TestOneVersionPerBatch(t *testing.T) {
 		require.NoError(t, err)
 		return d
 	}
-	a, err := New(Config{Uplink: "up", ConfigPath: "unused", Logger: slog.New(slog.DiscardHandler), NAT: nat.TableConfig{Capacity: 1 << 12}})
-	require.NoError(t, err)
-	a.cfg.Host = "host-1"
-	require.NoError(t, a.apply(docOf(1)))
-	a.mu.Lock()
-	a.publish()
-	plan, dips := a.plan, a.dips
-	a.mu.Unlock()
-	tr, err := nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra,
-		Direct: slowPort(plan), HasDirect: true})
-	require.NoError(t, err)
-	tr.SetDIPs(dips)
-	inbound, _, err := a.pipelines(plan, tr, uplinkIndex, fixedHop{})
-	require.NoError(t, err)
+	a, plan, _, inbound, _ := agentPipelines(t, docOf(1))
 
 	var batches, wrong atomic.Int64
 	var first atomic.Value
