@@ -129,6 +129,14 @@ func (c *Controller) Apply(doc *control.Document) error {
 	}
 	if c.steering != nil {
 		if err := c.steering.Sync(plan.Steering); err != nil {
+			// Whole or not at all: the running version keeps its probes.
+			var prev []health.Target
+			if c.plan != nil {
+				prev = c.plan.Probes
+			}
+			if rerr := c.checker.Set(prev); rerr != nil {
+				c.log.Error("mux: restoring the running version's probe targets", "err", rerr)
+			}
 			return fmt.Errorf("mux: version %d: steering: %w", doc.Version, err)
 		}
 	}

@@ -1,6 +1,7 @@
 package mux
 
 import (
+	"errors"
 	"net/netip"
 	"sync"
 	"testing"
@@ -46,9 +47,18 @@ func (f *fakeAnnouncer) Sync(want []netip.Prefix) error {
 	return nil
 }
 
-type fakeSteering struct{ cfg steer.Config }
+type fakeSteering struct {
+	cfg  steer.Config
+	fail error // returned by Sync instead of taking the configuration
+}
 
-func (f *fakeSteering) Sync(c steer.Config) error { f.cfg = c; return nil }
+func (f *fakeSteering) Sync(c steer.Config) error {
+	if f.fail != nil {
+		return f.fail
+	}
+	f.cfg = c
+	return nil
+}
 
 const doc1 = `
 version: 1
@@ -119,4 +129,36 @@ func TestControllerHealthAndAnnouncements(t *testing.T) {
 	require.Error(t, c.Apply(&bad))
 	require.EqualValues(t, 1, c.Version())
 	require.EqualValues(t, 1, rules.Load().Version)
+}
+
+// TestControllerApplyWholeOrNothing: a version whose steering sync fails
+// changes nothing — rules, VNI index, steering and probe targets stay the
+// running version's — and the next version applies.
+func TestControllerApplyWholeOrNothing(t *testing.T) {
+	doc, err := control.Parse([]byte(doc1))
+	require.NoError(t, err)
+	chk := &fakeChecker{states: map[string]health.State{}}
+	st := &fakeSteering{}
+	rules := flow.NewRules()
+	c, err := NewController(ControllerConfig{Rules: rules, Checker: chk, Steering: st})
+	require.NoError(t, err)
+	require.NoError(t, c.Apply(doc))
+	targets, steering, snap := chk.targets, st.cfg, c.snapshot.Load()
+
+	doc2 := *doc
+	doc2.Version = 2
+	web := doc.VIPs[0] // keep web with one backend (one probe), drop dns
+	web.Backends = web.Backends[:1]
+	doc2.VIPs = []control.VIP{web}
+	st.fail = errors.New("steering map full")
+	require.ErrorContains(t, c.Apply(&doc2), "steering map full")
+	require.Equal(t, targets, chk.targets, "probe targets of a refused version")
+	require.Equal(t, steering, st.cfg)
+	require.Same(t, snap, c.snapshot.Load(), "data-path snapshot of a refused version")
+	require.EqualValues(t, 1, rules.Load().Version)
+
+	st.fail = nil
+	require.NoError(t, c.Apply(&doc2))
+	require.Len(t, chk.targets, 1)
+	require.EqualValues(t, 2, rules.Load().Version)
 }
