@@ -376,24 +376,35 @@ func NewSnapshot(version uint64, rules []Rule, prev *Snapshot) (*Snapshot, error
 	// Tables last: validation errors come before any expensive build.
 	var mb []MaglevBackend
 	for i, r := range s.rules {
+		var old *Rule
 		if prev != nil {
-			if old := prev.LookupVIP(r.VIP); old != nil && sameTable(old, r) {
-				r.maglev = old.maglev
-				continue
-			}
+			old = prev.LookupVIP(r.VIP)
 		}
-		mb = mb[:0]
-		for j := range r.Backends {
-			b := &r.Backends[j]
-			mb = append(mb, MaglevBackend{Name: b.Name, Weight: b.tableWeight()})
-		}
-		m, err := NewMaglev(mb, r.tableSize())
-		if err != nil {
+		if err := r.buildTable(old, &mb); err != nil {
 			return nil, fmt.Errorf("%w: rule %d (%q): %w", ErrInvalidRule, i, r.Name, err)
 		}
-		r.maglev = m
 	}
 	return s, nil
+}
+
+// buildTable gives r its Maglev table: old's, when old (may be nil) has
+// the same one (sameTable), else a new one; mb is scratch.
+func (r *Rule) buildTable(old *Rule, mb *[]MaglevBackend) error {
+	if old != nil && sameTable(old, r) {
+		r.maglev = old.maglev
+		return nil
+	}
+	*mb = (*mb)[:0]
+	for j := range r.Backends {
+		b := &r.Backends[j]
+		*mb = append(*mb, MaglevBackend{Name: b.Name, Weight: b.tableWeight()})
+	}
+	m, err := NewMaglev(*mb, r.tableSize())
+	if err != nil {
+		return err
+	}
+	r.maglev = m
+	return nil
 }
 
 // ErrNotReplaceable is returned by ReplaceRules for a replacement it
@@ -455,20 +466,9 @@ func (s *Snapshot) ReplaceRules(version uint64, rules []Rule) (*Snapshot, error)
 	var mb []MaglevBackend
 	for i := range store {
 		r := &store[i]
-		if old := s.rules[r.ID]; sameTable(old, r) {
-			r.maglev = old.maglev
-			continue
-		}
-		mb = mb[:0]
-		for j := range r.Backends {
-			b := &r.Backends[j]
-			mb = append(mb, MaglevBackend{Name: b.Name, Weight: b.tableWeight()})
-		}
-		m, err := NewMaglev(mb, r.tableSize())
-		if err != nil {
+		if err := r.buildTable(s.rules[r.ID], &mb); err != nil {
 			return nil, fmt.Errorf("%w: replacement %d (%q): %w", ErrInvalidRule, i, r.Name, err)
 		}
-		r.maglev = m
 	}
 	// The VIP index holds rule pointers (one load less per packet): it is
 	// copied and pointed at the replacements. The backend ID index names
