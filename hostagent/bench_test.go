@@ -2,7 +2,6 @@ package hostagent
 
 import (
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"testing"
@@ -41,23 +40,7 @@ type haBenchRig struct {
 func newHABenchRig(tb testing.TB, natCapacity int) *haBenchRig {
 	doc, err := control.Parse([]byte(pipeDoc))
 	require.NoError(tb, err)
-	a, err := New(Config{Uplink: "up", ConfigPath: "unused", Logger: slog.New(slog.DiscardHandler),
-		NAT: nat.TableConfig{Capacity: natCapacity}})
-	require.NoError(tb, err)
-	a.cfg.Host = "host-1"
-	require.NoError(tb, a.apply(doc))
-	a.mu.Lock()
-	a.publish()
-	plan, dips := a.plan, a.dips
-	a.mu.Unlock()
-
-	tr, err := nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra,
-		Direct: slowPort(plan), HasDirect: true})
-	require.NoError(tb, err)
-	tr.SetDIPs(dips)
-	inbound, returns, err := a.pipelines(plan, tr, uplinkIndex, fixedHop{})
-	require.NoError(tb, err)
-
+	a, plan, tr, inbound, returns := agentPipelines(tb, doc, natCapacity)
 	r := &haBenchRig{tr: tr}
 	var ports []engine.Port
 	for i := 0; i < 1+len(plan.Ports); i++ {
@@ -72,10 +55,11 @@ func newHABenchRig(tb testing.TB, natCapacity int) *haBenchRig {
 		r.vmPorts = append(r.vmPorts, int(vp.Index))
 	}
 	require.Equal(tb, []string{"vm_a", "vm_b"}, []string{plan.Ports[0].Interface, plan.Ports[1].Interface})
-	r.inbound, err = engine.NewWorker(engine.WorkerConfig{Ports: ports,
+	// As a running agent's workers: the agent's snapshot once per batch.
+	r.inbound, err = engine.NewWorker(engine.WorkerConfig{Ports: ports, Snapshot: a.batchSnapshot,
 		Inputs: []engine.Input{{Port: UplinkPort, Pipeline: inbound}}})
 	require.NoError(tb, err)
-	r.returns, err = engine.NewWorker(engine.WorkerConfig{Ports: ports, Inputs: retInputs})
+	r.returns, err = engine.NewWorker(engine.WorkerConfig{Ports: ports, Snapshot: a.batchSnapshot, Inputs: retInputs})
 	require.NoError(tb, err)
 	return r
 }

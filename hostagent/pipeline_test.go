@@ -79,7 +79,7 @@ func newPipeRig(t testing.TB, capture bool) *pipeRig { return newPipeRigDoc(t, p
 func newPipeRigDoc(t testing.TB, text string, capture bool) *pipeRig {
 	doc, err := control.Parse([]byte(text))
 	require.NoError(t, err)
-	a, plan, tr, inbound, returns := agentPipelines(t, doc)
+	a, plan, tr, inbound, returns := agentPipelines(t, doc, 1<<12)
 	r := &pipeRig{a: a, tr: tr}
 	// The workers of a running agent read its snapshot once per batch.
 	cfg := engine.WorkerConfig{Inputs: []engine.Input{{Port: UplinkPort, Pipeline: inbound}}, Snapshot: a.batchSnapshot}
@@ -98,11 +98,12 @@ func newPipeRigDoc(t testing.TB, text string, capture bool) *pipeRig {
 	return r
 }
 
-// agentPipelines makes an agent for host-1 that has applied and published
-// doc (without a data path), a Translator for its plan, and the
-// pipelines a running agent would build (next hops: fixedHop).
-func agentPipelines(t testing.TB, doc *control.Document) (*Agent, *Plan, *nat.Translator, *engine.Pipeline, []*engine.Pipeline) {
-	a, err := New(Config{Uplink: "up", ConfigPath: "unused", Logger: slog.New(slog.DiscardHandler), NAT: nat.TableConfig{Capacity: 1 << 12}})
+// agentPipelines makes an agent for host-1 (with a NAT table of
+// natCapacity connections) that has applied and published doc (without a
+// data path), a Translator for its plan, and the pipelines a running
+// agent would build (next hops: fixedHop).
+func agentPipelines(t testing.TB, doc *control.Document, natCapacity int) (*Agent, *Plan, *nat.Translator, *engine.Pipeline, []*engine.Pipeline) {
+	a, err := New(Config{Uplink: "up", ConfigPath: "unused", Logger: slog.New(slog.DiscardHandler), NAT: nat.TableConfig{Capacity: natCapacity}})
 	require.NoError(t, err)
 	a.cfg.Host = "host-1"
 	require.NoError(t, a.apply(doc))

@@ -32,7 +32,7 @@ func TestOneVersionPerBatch(t *testing.T) {
 		require.NoError(t, err)
 		return d
 	}
-	a, plan, _, inbound, _ := agentPipelines(t, docOf(1))
+	a, plan, _, inbound, _ := agentPipelines(t, docOf(1), 1<<12)
 
 	var batches, wrong atomic.Int64
 	var first atomic.Value
