@@ -294,6 +294,29 @@ func sameIDs(a, b *flow.Snapshot) bool {
 	return true
 }
 
+// Add adds o's counters to s.
+func (s *Stats) Add(o Stats) {
+	s.Inserted += o.Inserted
+	s.Evicted += o.Evicted
+	s.Promoted += o.Promoted
+	s.Refused += o.Refused
+	s.ShareRefused += o.ShareRefused
+}
+
+// SumVIPStats sums the VIPStats of several stages (a node's workers each
+// have one), by VIP name.
+func SumVIPStats(stages ...*Stage) map[string]Stats {
+	out := map[string]Stats{}
+	for _, st := range stages {
+		for name, v := range st.VIPStats() {
+			sum := out[name]
+			sum.Add(v)
+			out[name] = sum
+		}
+	}
+	return out
+}
+
 // Stats sums the counters of every VIP and worker.
 func (s *Stage) Stats() Stats {
 	var out Stats

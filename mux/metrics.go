@@ -82,19 +82,7 @@ func (c muxCollector) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
 	bals := m.balancers
 	m.mu.Unlock()
-	vips := map[string]balance.Stats{}
-	for _, b := range bals {
-		for name, v := range b.VIPStats() {
-			sum := vips[name]
-			sum.Inserted += v.Inserted
-			sum.Evicted += v.Evicted
-			sum.Promoted += v.Promoted
-			sum.Refused += v.Refused
-			sum.ShareRefused += v.ShareRefused
-			vips[name] = sum
-		}
-	}
-	for name, v := range vips {
+	for name, v := range balance.SumVIPStats(bals...) {
 		counter(descVIPConn, v.Inserted, name, "inserted")
 		counter(descVIPConn, v.Evicted, name, "evicted")
 		counter(descVIPConn, v.Promoted, name, "promoted")
