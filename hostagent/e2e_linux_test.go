@@ -42,7 +42,7 @@ const (
 	haMux     = "198.18.1.2"
 	haHost    = "198.18.3.2"
 	haVIP     = "198.18.100.1"
-	haGateway = "198.18.4.254" // the VMs' next hop: the host-side veth (static neighbour)
+	haGateway = "198.18.4.254" // the VMs' next hop: the host-side veth, resolved by ARP
 	haMuxMet  = 9100
 	haHostMet = 9101
 )
