@@ -151,7 +151,13 @@ func TestPathModes(t *testing.T) {
 			s := results[0].Samples[0]
 			t.Logf("%s: sent %d, received %d, window %v: %d/%d, drops %+v", results[0].DUT, s.Sent, s.Received, s.Window, s.WindowSent, s.WindowReceived, s.Drops)
 			assert.NotZero(t, s.Sent)
-			assert.GreaterOrEqual(t, float64(s.Received), 0.99*float64(s.Sent), "sink counted too few")
+			// Frames the generator's veth could not queue (GenTX: the
+			// receiving CPU's backlog was full, which a loaded 2-core CI
+			// machine does to even the kernel path at 10 kpps) never
+			// entered the path; every frame that did must arrive.
+			entered := s.Sent - min(s.Drops.GenTX, s.Sent)
+			assert.Less(t, float64(s.Drops.GenTX), 0.2*float64(s.Sent), "the generator could not send")
+			assert.GreaterOrEqual(t, float64(s.Received), 0.99*float64(entered), "sink counted too few")
 			assert.LessOrEqual(t, s.Received, s.Sent)
 			assert.Zero(t, s.WrongMAC, "frames reached the sink without the sink's MAC")
 			assert.Zero(t, s.WrongKind, "frames of the wrong kind (plain/VXLAN) reached the sink")
