@@ -171,7 +171,7 @@ func (a *Agent) Stats() engine.Stats {
 	defer a.mu.Unlock()
 	s := a.retired
 	if a.dp != nil {
-		addStats(&s, a.dp.eng.Stats())
+		addStats(&s, a.dp.live.Engine().Stats())
 	}
 	return s
 }
@@ -410,8 +410,7 @@ func (a *Agent) batchSnapshot() any { return a.snapshot.Load() }
 func (a *Agent) Run(ctx context.Context) error {
 	done := func() { a.doneOnce.Do(func() { close(a.runDone) }) }
 	defer done()
-	ifi, err := net.InterfaceByName(a.cfg.Uplink)
-	if err != nil {
+	if _, err := net.InterfaceByName(a.cfg.Uplink); err != nil {
 		return fmt.Errorf("hostagent: uplink: %w", err)
 	}
 	resolver, err := nexthop.NewResolver(nexthop.Config{Logger: a.log})
@@ -444,7 +443,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 
-	dp, err := a.start(ifi, resolver)
+	dp, err := a.start(resolver)
 	if err != nil {
 		return err
 	}
@@ -452,7 +451,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for {
 		engCtx, stopEngine := context.WithCancel(context.Background())
 		engDone := make(chan error, 1)
-		go func() { engDone <- dp.eng.Run(engCtx) }()
+		go func() { engDone <- dp.live.Engine().Run(engCtx) }()
 
 		var runErr error
 		if onFwd != nil {
@@ -482,7 +481,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			case req = <-a.rebuild:
 				// Built while dp forwards; dp is untouched on failure.
 				var err error
-				if next, err = a.build(req.v, ifi, resolver, dp); err != nil {
+				if next, err = a.build(req.v, resolver, dp); err != nil {
 					req.done <- err
 					req = nil
 					continue
@@ -496,7 +495,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		if req == nil || runErr != nil {
 			if req != nil {
-				_ = next.discard(dp)
+				_ = next.live.Discard()
 				req.done <- errors.New("hostagent: the data path stopped")
 			}
 			a.stop(dp)
@@ -510,10 +509,10 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // start builds the first data path, for the current plan, and publishes
 // it.
-func (a *Agent) start(ifi *net.Interface, resolver *nexthop.Resolver) (*dataPath, error) {
+func (a *Agent) start(resolver *nexthop.Resolver) (*dataPath, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	dp, err := a.open(a.plan, a.dips, ifi, resolver, nil)
+	dp, err := a.open(a.plan, a.dips, resolver, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -525,17 +524,17 @@ func (a *Agent) start(ifi *net.Interface, resolver *nexthop.Resolver) (*dataPath
 }
 
 func (a *Agent) logForwarding(dp *dataPath) {
-	a.log.Info("hostagent: forwarding", "uplink", dp.uplink.name, "host", dp.plan.Host.Address,
-		"vxlan_port", dp.plan.Host.VXLANPort, "vm_ports", len(dp.plan.Ports), "workers", len(dp.eng.Workers()),
-		"sockets", len(dp.ports), "version", dp.plan.Version)
+	a.log.Info("hostagent: forwarding", "uplink", a.cfg.Uplink, "host", dp.plan.Host.Address,
+		"vxlan_port", dp.plan.Host.VXLANPort, "vm_ports", len(dp.plan.Ports), "workers", len(dp.live.Engine().Workers()),
+		"sockets", dp.live.Sockets(), "ports", dp.live.Layout().String(), "version", dp.plan.Version)
 }
 
 // build builds the data path of v beside run, which keeps forwarding
 // (see open). A failure is logged and counted; run is untouched.
-func (a *Agent) build(v *version, ifi *net.Interface, resolver *nexthop.Resolver, run *dataPath) (*dataPath, error) {
+func (a *Agent) build(v *version, resolver *nexthop.Resolver, run *dataPath) (*dataPath, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	next, err := a.open(v.plan, v.dips, ifi, resolver, run)
+	next, err := a.open(v.plan, v.dips, resolver, run)
 	if err != nil {
 		a.failed++
 		a.log.Error("hostagent: the new data path failed to build; the running one keeps forwarding its version",
@@ -551,9 +550,9 @@ func (a *Agent) build(v *version, ifi *net.Interface, resolver *nexthop.Resolver
 func (a *Agent) swap(run, next *dataPath, v *version) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	addStats(&a.retired, run.eng.Stats())
+	addStats(&a.retired, run.live.Engine().Stats())
 	a.retNAT = addNAT(a.retNAT, run.nat.Stats())
-	run.retire(next)
+	next.live.TakeOver() // releases what of run next does not share
 	a.set(v)
 	a.publish()
 	a.dp = next
@@ -566,10 +565,12 @@ func (a *Agent) swap(run, next *dataPath, v *version) {
 func (a *Agent) stop(dp *dataPath) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	addStats(&a.retired, dp.eng.Stats())
+	addStats(&a.retired, dp.live.Engine().Stats())
 	a.retNAT = addNAT(a.retNAT, dp.nat.Stats())
 	if a.dp == dp {
 		a.dp = nil
 	}
-	dp.close()
+	if err := dp.live.Close(); err != nil {
+		a.log.Error("hostagent: closing the data path", "err", err)
+	}
 }

@@ -51,13 +51,17 @@
 //
 // # Workers and sockets
 //
-// An AF_XDP socket binds to one queue of one interface and is driven by one
-// worker. Worker w owns the sockets of queue w on every interface, so a
-// packet's out port names the same interface in every worker; the number of
-// workers is therefore at most the smallest queue count of the uplink and
-// the VM ports (Config.Workers). Sockets of the queues above it are extra
-// receive-only inputs of worker queue % workers. Frames cross from the
-// uplink's UMEM to a VM port's by one copy (engine.Port's ownership rule).
+// The data path is built by engine/datapath from a spec of the plan: the
+// uplink, then the VM ports, then the slow path. An AF_XDP socket binds to
+// one queue of one interface and is driven by one worker. Worker w owns the
+// sockets of queue w on every interface, numbered by the builder's rule —
+// port 0 the uplink (UplinkPort), port 1+i VM port i (VMPort.Index), then
+// the slow-path port — so a packet's out port names the same interface in
+// every worker; the number of workers is therefore at most the smallest
+// queue count of the uplink and the VM ports (Config.Workers). Sockets of
+// the queues above it are extra receive-only inputs of worker queue %
+// workers. Frames cross from the uplink's UMEM to a VM port's by one copy
+// (engine.Port's ownership rule).
 //
 // # Configuration changes
 //

@@ -98,11 +98,5 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	gauge(descUp, 1)
-	nodemetrics.SlowPath(ch, dp.slow)
-	for _, f := range append([]*iface{dp.uplink}, dp.vms...) {
-		nodemetrics.Steer(ch, f.name, f.prog)
-		for _, p := range f.sockets {
-			nodemetrics.XSK(ch, f.name, p)
-		}
-	}
+	nodemetrics.DataPath(ch, dp.live)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/engine/afxdp"
+	"github.com/xdplb/xdplb/engine/datapath"
 	"github.com/xdplb/xdplb/engine/rawip"
 	"github.com/xdplb/xdplb/engine/steer"
 )
@@ -119,4 +120,26 @@ func SlowPath(ch chan<- prometheus.Metric, p *rawip.Port) {
 	Counter(ch, descSlow, st.Sent, "sent")
 	Counter(ch, descSlow, st.Errors, "error")
 	Counter(ch, descSlow, st.Malformed, "malformed")
+}
+
+// DataPath sends what an open data path's interfaces and slow path count:
+// each interface's steering program (Steer) and sockets (XSK), and the
+// slow-path port (SlowPath) when it has one. dp may be nil (not open).
+func DataPath(ch chan<- prometheus.Metric, dp *datapath.DataPath) {
+	if dp == nil {
+		return
+	}
+	for _, l := range dp.Links() {
+		if l.Program != nil {
+			Steer(ch, l.Name, l.Program)
+		}
+		for _, p := range l.Sockets {
+			if p != nil {
+				XSK(ch, l.Name, p)
+			}
+		}
+	}
+	if slow := dp.SlowPath(); slow != nil {
+		SlowPath(ch, slow)
+	}
 }
