@@ -110,6 +110,27 @@ func (c *Controller) SetAnnouncer(a Announcer) error {
 	return c.syncAnnouncements()
 }
 
+// SetSteering sets (or clears) the steering program the controller keeps
+// in step with the running document — for a data path opened after the
+// first document (engine/datapath) — and syncs it to the running
+// version's rules.
+func (c *Controller) SetSteering(s Steering) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.steering = s
+	if s == nil || c.plan == nil {
+		return nil
+	}
+	return s.Sync(c.plan.Steering)
+}
+
+// Plan returns the plan of the running document (nil before the first).
+func (c *Controller) Plan() *Plan {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.plan
+}
+
 // Apply makes doc the running document, whole or not at all: the rule
 // snapshot is built first, and on error nothing changes.
 func (c *Controller) Apply(doc *control.Document) error {

@@ -141,17 +141,9 @@ func (c muxCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	m.mu.Lock()
-	prog, ports, slow := m.prog, m.ports, m.slow
+	dp := m.dp
 	m.mu.Unlock()
-	if prog != nil {
-		nodemetrics.Steer(ch, m.cfg.Interface, prog)
-	}
-	for _, p := range ports {
-		nodemetrics.XSK(ch, m.cfg.Interface, p)
-	}
-	if slow != nil {
-		nodemetrics.SlowPath(ch, slow)
-	}
+	nodemetrics.DataPath(ch, dp)
 	gauge(descAnnounced, float64(len(m.ctl.Announced())))
 }
 

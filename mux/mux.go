@@ -2,7 +2,9 @@
 // from xdplb's packages: it reads the desired-state document (control),
 // probes the backends (health), publishes rule snapshots (flow), steers
 // VIP traffic of the uplink into AF_XDP sockets (engine/steer,
-// engine/afxdp), runs one worker per RX queue through the pipeline
+// engine/afxdp; the data path is built by engine/datapath, port 0 the
+// uplink's socket, port 1 the slow path), runs one worker per RX queue
+// through the pipeline
 //
 //	Parse → source filter → partial checksums → uplink VNI → ICMP → balance → VXLAN encap (TTL) → next hop → account
 //
@@ -55,8 +57,8 @@ import (
 	"github.com/xdplb/xdplb/encap"
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/engine/afxdp"
+	"github.com/xdplb/xdplb/engine/datapath"
 	"github.com/xdplb/xdplb/engine/nexthop"
-	"github.com/xdplb/xdplb/engine/rawip"
 	"github.com/xdplb/xdplb/engine/steer"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/guard"
@@ -117,10 +119,7 @@ type Mux struct {
 	mu        sync.Mutex
 	resolver  *nexthop.Resolver // set by Run
 	announcer *bgp.Announcer
-	prog      *steer.Program
-	ports     []*afxdp.Port
-	slow      *rawip.Port // what the next-hop stage cannot address: to the kernel
-	eng       *engine.Engine
+	dp        *datapath.DataPath // the data path, set by Run once open
 	accounts  []*balance.Account // one per pipeline (worker), read by the collector
 	balancers []*balance.Stage   // one per pipeline (worker), read by the collector
 	// partial completes the partial checksums of frames from senders on
@@ -205,16 +204,6 @@ func (m *Mux) Run(ctx context.Context) error {
 		return err
 	}
 
-	prog, err := steer.Load(steer.Options{})
-	if err != nil {
-		return fmt.Errorf("mux: load the steering program: %w", err)
-	}
-	m.mu.Lock() // Collect reads it
-	m.prog = prog
-	m.mu.Unlock()
-	defer prog.Close()
-	m.ctl.steering = prog
-
 	resolver, err := nexthop.NewResolver(nexthop.Config{Logger: m.log})
 	if err != nil {
 		return fmt.Errorf("mux: next-hop resolver: %w", err)
@@ -249,14 +238,18 @@ func (m *Mux) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 
-	defer m.closePorts() // also what a failed openDataPath opened
-	eng, err := m.openDataPath(ifi, resolver)
+	// The data path, its steering program attached last; a failed open
+	// releases what it opened. From here on the controller keeps the
+	// program's rules in step with the documents.
+	dp, err := m.openDataPath(resolver)
 	if err != nil {
 		return err
 	}
-	if err := prog.Attach(ifi.Index, m.cfg.XDPMode); err != nil {
-		return fmt.Errorf("mux: attach the steering program to %s: %w", ifi.Name, err)
+	defer m.closeDataPath(dp) // on the early returns; idempotent
+	if err := m.ctl.SetSteering(dp.Links()[0].Program); err != nil {
+		return fmt.Errorf("mux: steering: %w", err)
 	}
+	eng := dp.Engine()
 	engCtx, stopEngine := context.WithCancel(context.Background())
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(engCtx) }()
@@ -296,7 +289,7 @@ func (m *Mux) Run(ctx context.Context) error {
 	if err := <-engDone; err != nil && runErr == nil {
 		runErr = err
 	}
-	_ = prog.Detach()
+	m.closeDataPath(dp) // steered traffic goes to the kernel again
 	side.Stop()
 	return runErr
 }
@@ -482,60 +475,55 @@ func (m *Mux) defaults(ifi *net.Interface) error {
 	return nil
 }
 
-// openDataPath opens one AF_XDP port and one worker per queue, each with
-// its own pipeline (stages are cheap and keep per-worker state apart).
-func (m *Mux) openDataPath(ifi *net.Interface, resolver *nexthop.Resolver) (*engine.Engine, error) {
-	queues := m.cfg.Queues
-	if queues == 0 {
-		var err error
-		if queues, err = afxdp.QueueCount(ifi.Name); err != nil {
-			return nil, err
-		}
+// spec describes the Mux's data path (engine/datapath): the uplink, its
+// RX queues (Config.Queues; all by default) with the running document's
+// steering rules, one worker per queue with a pipeline of its own (stages
+// are cheap and keep per-worker state apart), and the slow path: a frame
+// towards a host whose next hop the resolver has not resolved yet goes
+// through the kernel instead of being dropped. Ports, by the builder's
+// rule: the uplink's socket (uplinkPort), then the slow path (slowPort).
+func (m *Mux) spec(resolver encap.Resolver) datapath.Spec {
+	var rules steer.Config
+	if plan := m.ctl.Plan(); plan != nil {
+		rules = plan.Steering
 	}
-	seed := m.ctl.Document().HashSeed
-	// The slow path: a frame towards a host whose next hop the resolver
-	// has not resolved yet goes through the kernel instead of being
-	// dropped. Port 1 of every worker.
-	slow, err := rawip.Open("kernel")
+	var seed uint64
+	if doc := m.ctl.Document(); doc != nil {
+		seed = doc.HashSeed
+	}
+	return datapath.Spec{
+		Interfaces: []datapath.Interface{{Name: m.cfg.Interface, Queues: m.cfg.Queues, Steer: rules}},
+		SlowPath:   true, Port: m.cfg.Port, XDPMode: m.cfg.XDPMode, IdleSpins: m.cfg.IdleSpins,
+		Snapshot: m.ctl.Snapshot,
+		Pipeline: func(in datapath.Input) (*engine.Pipeline, error) {
+			return m.pipeline(seed, in.Ifindex[uplinkPort], resolver, in.Workers)
+		},
+	}
+}
+
+// openDataPath opens the data path of spec; on error nothing of it stays
+// open.
+func (m *Mux) openDataPath(resolver encap.Resolver) (*datapath.DataPath, error) {
+	dp, err := datapath.Open(m.spec(resolver), nil)
 	if err != nil {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
-	m.mu.Lock()
-	m.slow = slow
+	m.mu.Lock() // Collect and Stats read it
+	m.dp = dp
 	m.mu.Unlock()
-	var workers []*engine.Worker
-	for q := 0; q < queues; q++ {
-		pc := m.cfg.Port
-		pc.Name, pc.Interface, pc.Queue = fmt.Sprintf("%s:%d", ifi.Name, q), ifi.Name, q
-		port, err := afxdp.Open(pc)
-		if err != nil {
-			return nil, fmt.Errorf("mux: open %s queue %d: %w", ifi.Name, q, err)
-		}
-		m.mu.Lock() // Collect reads them
-		m.ports = append(m.ports, port)
-		m.mu.Unlock()
-		if err := m.prog.RegisterSocket(q, port.FD()); err != nil {
-			return nil, err
-		}
-		pl, err := m.pipeline(seed, ifi.Index, resolver, queues)
-		if err != nil {
-			return nil, err
-		}
-		w, err := engine.NewWorker(engine.WorkerConfig{ID: q, Ports: []engine.Port{port, slow}, Snapshot: m.ctl.Snapshot,
-			Inputs: []engine.Input{{Port: 0, Pipeline: pl}}, IdleSpins: m.cfg.IdleSpins})
-		if err != nil {
-			return nil, err
-		}
-		workers = append(workers, w)
+	return dp, nil
+}
+
+// closeDataPath stops the controller's steering updates and closes dp,
+// whose workers have stopped: the program is detached, the sockets and
+// the slow path closed. Its counters stay readable.
+func (m *Mux) closeDataPath(dp *datapath.DataPath) {
+	if err := m.ctl.SetSteering(nil); err != nil {
+		m.log.Error("mux: steering", "err", err)
 	}
-	eng, err := engine.New(workers...)
-	if err != nil {
-		return nil, err
+	if err := dp.Close(); err != nil {
+		m.log.Error("mux: closing the data path", "err", err)
 	}
-	m.mu.Lock()
-	m.eng = eng
-	m.mu.Unlock()
-	return eng, nil
 }
 
 // pipeline builds Parse → source filter → partial checksums → uplink VNI → ICMP → balance
@@ -564,7 +552,7 @@ func (m *Mux) pipeline(seed uint64, uplink int, resolver encap.Resolver, workers
 	if err != nil {
 		return nil, err
 	}
-	nh, err := encap.NewNextHop(encap.NextHopConfig{Mode: encap.OuterDst, Ports: map[int]uint16{uplink: 0},
+	nh, err := encap.NewNextHop(encap.NextHopConfig{Mode: encap.OuterDst, Ports: map[int]uint16{uplink: uplinkPort},
 		SlowPath: true, SlowPort: slowPort}, resolver)
 	if err != nil {
 		return nil, err
@@ -577,25 +565,21 @@ func (m *Mux) pipeline(seed uint64, uplink int, resolver encap.Resolver, workers
 	return engine.NewPipeline(engine.Parse{}, m.sources, m.partial, uplinkVNI{&m.ctl.vnis}, icmp, bal, enc, nh, acct), nil
 }
 
-// slowPort is the index of the slow-path port (rawip) in every worker.
-const slowPort = 1
-
-func (m *Mux) closePorts() {
-	for _, p := range m.ports {
-		_ = p.Close()
-	}
-	if m.slow != nil {
-		_ = m.slow.Close()
-	}
-}
+// The ports of every worker, by the data path builder's rule
+// (engine/datapath): the uplink's socket, then the slow-path port (rawip)
+// right after it (TestPortNumbering).
+const (
+	uplinkPort = 0
+	slowPort   = 1
+)
 
 // Stats returns the data path's counters (zero before it runs).
 func (m *Mux) Stats() engine.Stats {
 	m.mu.Lock()
-	eng := m.eng
+	dp := m.dp
 	m.mu.Unlock()
-	if eng == nil {
+	if dp == nil {
 		return engine.Stats{}
 	}
-	return eng.Stats()
+	return dp.Engine().Stats()
 }
