@@ -62,8 +62,10 @@
 // whatever fails there (a foreign XDP program on a new interface, an
 // interface without the queues, no memory for the rings) fails Open before
 // anything of the running data path is touched, and the shared programs'
-// rules are set back (ErrInterfaceChanged: a shared interface was deleted
-// and recreated, or its queues changed, under the running data path).
+// rules are set back. An interface both serve that was deleted and
+// recreated, or whose queues changed, under the running data path cannot
+// be shared (a queue takes one socket): Open fails with
+// ErrInterfaceChanged.
 //
 // Then either the new data path wins — stop the running one's workers,
 // call TakeOver (which releases what of the old one the new one does not
