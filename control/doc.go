@@ -110,8 +110,9 @@
 //	method          GET       http only
 //	host            ip:port   http only: the Host header
 //	expect_status   200       http only
-//	interval        2s        time between probes
-//	timeout         1s        must be below interval; default min(1s, interval/2)
+//	interval        2s        from the end of one probe to the start of the next (probes never overlap)
+//	timeout         1s        up to 1h, may exceed interval; default min(1s, interval/2);
+//	                          down after timeout×fall + interval×(fall−1) (2s, 5s, fall 3: 19s)
 //	rise            2         consecutive successes that bring a backend up
 //	fall            3         consecutive failures that bring it down
 //

@@ -144,7 +144,7 @@ func TestValidateBuiltDocument(t *testing.T) {
 		Version: 3,
 		VIPs: []VIP{{
 			Name: "web", Address: netip.MustParseAddr("198.18.100.1"), Protocol: flow.ProtoTCP, Port: 80,
-			Probe: &health.Spec{Type: health.ProbeTCP, Interval: time.Second, Timeout: 2 * time.Second, Rise: 1, Fall: 1},
+			Probe: &health.Spec{Type: health.ProbeTCP, Interval: time.Second, Timeout: -2 * time.Second, Rise: 1, Fall: 1},
 			Backends: []Backend{
 				{Name: "a", Address: netip.MustParseAddr("198.19.1.1"), MAC: [6]byte{2, 0, 0, 0, 0, 1}, Host: netip.MustParseAddr("198.19.0.1"), Weight: 1},
 				{Name: "b", Address: netip.MustParseAddr("2001:db8::1"), MAC: [6]byte{2, 0, 0, 0, 0, 2}, Weight: MaxWeight + 1},
@@ -156,7 +156,7 @@ func TestValidateBuiltDocument(t *testing.T) {
 	require.Error(t, err)
 	assert.ErrorIs(t, err, ErrInvalid)
 	assert.Equal(t, strings.Join([]string{
-		"vips[0].probe.timeout: timeout 2s must be less than interval 1s",
+		"vips[0].probe.timeout: -2s is out of range (want 1ns..1h0m0s)",
 		"vips[0].backends[1].host: missing (want the physical address of the DIP's host (VXLAN destination))",
 		"vips[0].backends[1].address: 2001:db8::1 is IPv6 but the VIP 198.18.100.1 is IPv4: a DIP must have the VIP's family, since DSR NAT rewrites the destination in place (the host address may be of either family)",
 		"vips[0].backends[1].weight: 65536 is out of range (want 0..65535; 0 drains)",

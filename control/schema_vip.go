@@ -248,7 +248,7 @@ func (d *decoder) probe(n *yaml.Node, path string) *health.Spec {
 		s.Interval, _ = d.duration(n, path+".interval", time.Nanosecond, time.Hour)
 	}
 	if n := d.get(o, "timeout"); n != nil {
-		s.Timeout, _ = d.duration(n, path+".timeout", time.Nanosecond, time.Hour)
+		s.Timeout, _ = d.duration(n, path+".timeout", time.Nanosecond, health.MaxTimeout)
 	}
 	thresholds := fmt.Sprintf("1..%d", health.MaxThreshold)
 	if n := d.get(o, "rise"); n != nil {

@@ -227,20 +227,52 @@ func TestDownBound(t *testing.T) {
 
 // TestNominalDownTime checks the design's figure, Timeout×Fall +
 // Interval×(Fall−1) from the start of the first failing probe, with the
-// jitter at its midpoint (no jitter).
+// jitter at its midpoint (no jitter): the down verdict arrives exactly
+// then, also with a timeout longer than the interval, and every probe
+// starts Interval after the previous one ended (they never overlap).
 func TestNominalDownTime(t *testing.T) {
-	spec := Spec{Type: ProbeHTTP, Interval: 2 * time.Second, Timeout: time.Second, Fall: 3}.WithDefaults()
-	e := newFakeEnv(t, fixedRand(0.5))
-	e.pr.script(dipA, pass, hang, hang, hang)
-	require.NoError(t, e.c.Set([]Target{{Key: "k", Addr: dipA, Spec: spec}}))
-	e.run(t)
-	for range 4 {
-		e.clk.step(t, 1)
+	for _, tc := range []struct {
+		interval, timeout time.Duration
+		rise, fall        int
+		want              time.Duration
+	}{
+		{2 * time.Second, time.Second, 2, 3, 7 * time.Second},
+		{2 * time.Second, 5 * time.Second, 3, 3, 19 * time.Second}, // timeout > interval
+		{time.Second, time.Second, 1, 2, 3 * time.Second},          // timeout = interval
+		{time.Second, 10 * time.Second, 2, 1, 10 * time.Second},
+	} {
+		name := fmt.Sprintf("interval %v timeout %v fall %d", tc.interval, tc.timeout, tc.fall)
+		t.Run(name, func(t *testing.T) {
+			spec := Spec{Type: ProbeHTTP, Interval: tc.interval, Timeout: tc.timeout, Rise: tc.rise, Fall: tc.fall}.WithDefaults()
+			require.NoError(t, spec.Validate())
+			e := newFakeEnv(t, fixedRand(0.5))
+			e.pr.script(dipA, pass)
+			for range tc.fall {
+				e.pr.script(dipA, hang)
+			}
+			require.NoError(t, e.c.Set([]Target{{Key: "k", Addr: dipA, Spec: spec}}))
+			e.run(t)
+			e.clk.step(t, 1) // the first probe passes
+			require.Equal(t, Up, e.state(t, "k"))
+			for i := range tc.fall {
+				require.Equal(t, Up, e.state(t, "k"), "down after %d failures", i)
+				e.clk.step(t, 1)
+			}
+			st, _ := e.c.Status("k")
+			require.Equal(t, Down, st.State)
+			starts := e.pr.startTimes()
+			require.Len(t, starts, 1+tc.fall, "one probe at a time")
+			firstFail := starts[1]
+			assert.Equal(t, tc.want, st.Since.Sub(firstFail))
+			assert.Equal(t, tc.timeout*time.Duration(tc.fall)+tc.interval*time.Duration(tc.fall-1), st.Since.Sub(firstFail))
+			// A failing probe ends at its timeout; the next starts
+			// Interval after that end, never while it runs.
+			for i := 2; i < len(starts); i++ {
+				assert.Equal(t, tc.timeout+tc.interval, starts[i].Sub(starts[i-1]), "probe %d", i)
+			}
+			assert.LessOrEqual(t, st.Since.Sub(firstFail), spec.DownBound())
+		})
 	}
-	st, _ := e.c.Status("k")
-	require.Equal(t, Down, st.State)
-	firstFail := e.pr.startTimes()[1]
-	assert.Equal(t, 3*time.Second+2*2*time.Second, st.Since.Sub(firstFail))
 }
 
 // TestUpBound: the DIP recovers just as a probe starts that still fails at
@@ -558,8 +590,8 @@ func TestSetRejects(t *testing.T) {
 		{"no address", []Target{{Key: "x", Spec: Spec{Type: ProbeTCP}}}, []string{"no address"}, false},
 		{"no port", []Target{{Key: "x", Addr: netip.AddrPortFrom(dipA.Addr(), 0), Spec: Spec{Type: ProbeTCP}}},
 			[]string{"no port to probe"}, false},
-		{"bad spec", []Target{{Key: "x", Addr: dipA, Spec: Spec{Type: ProbeTCP, Interval: time.Second, Timeout: time.Second}}},
-			[]string{`target 0 ("x"): health: invalid probe: timeout 1s must be less than interval 1s`}, true},
+		{"bad spec", []Target{{Key: "x", Addr: dipA, Spec: Spec{Type: ProbeTCP, Interval: time.Second, Timeout: -time.Second}}},
+			[]string{`target 0 ("x"): health: invalid probe: timeout -1s must be positive`}, true},
 		{"no type", []Target{{Key: "x", Addr: dipA}}, []string{"type 0"}, true},
 		{"several", []Target{good, {Key: "y"}, good}, []string{`target 1 ("y"): no address`, `target 2 ("web/a"): duplicate key`}, false},
 	} {

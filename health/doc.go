@@ -30,14 +30,17 @@
 //
 // # Detection time
 //
-// Probes of a target run back to back: the next starts Interval after the
-// previous one ended, the wait jittered uniformly by ±IntervalJitter (10%),
-// and a target's first probe is placed uniformly within its first
-// Interval, so that thousands of targets do not probe in step. The design's
-// nominal time to mark a DIP down is Timeout×Fall + Interval×(Fall−1), from
-// the start of the first failed probe. What a Checker guarantees, counted
-// from the moment the DIP stops answering and including the probe that may
-// be in flight then, the jitter and a per-probe scheduling allowance
+// Probes of a target run back to back and never overlap: the next starts
+// Interval after the previous one ended, the wait jittered uniformly by
+// ±IntervalJitter (10%), and a target's first probe is placed uniformly
+// within its first Interval, so that thousands of targets do not probe in
+// step. A Timeout longer than the Interval is therefore allowed, as health
+// checkers commonly allow: such a probe just outlasts the wait between two.
+// The design's nominal time to mark a DIP down is Timeout×Fall +
+// Interval×(Fall−1), from the start of the first failed probe (interval
+// 2s, timeout 5s, fall 3: 19s). What a Checker guarantees, counted from
+// the moment the DIP stops answering and including the probe that may be
+// in flight then, the jitter and a per-probe scheduling allowance
 // (ProbeSlack), is Spec.DownBound; Spec.UpBound is the same for recovery.
 // Tests check both in exact fake time.
 //

@@ -67,11 +67,14 @@ func ExampleSpec_DownBound() {
 }
 
 func ExampleSpec_Validate() {
-	s := health.Spec{Type: health.ProbeHTTP, Interval: time.Second, Timeout: 2 * time.Second, Fall: -1}.WithDefaults()
+	s := health.Spec{Type: health.ProbeHTTP, Interval: time.Second, Timeout: -2 * time.Second, Fall: -1}.WithDefaults()
 	fmt.Println(s.Validate())
+	// A timeout longer than the interval is fine: probes never overlap.
+	fmt.Println(health.Spec{Type: health.ProbeTCP, Interval: 2 * time.Second, Timeout: 5 * time.Second}.WithDefaults().Validate())
 	// Output:
-	// health: invalid probe: timeout 2s must be less than interval 1s
+	// health: invalid probe: timeout -2s must be positive
 	// health: invalid probe: fall -1 must be in 1..100
+	// <nil>
 }
 
 // NetProber runs single probes without a Checker, e.g. for a CLI check.

@@ -87,6 +87,10 @@ const (
 	// accepts.
 	MinInterval = 10 * time.Millisecond
 	MaxInterval = time.Hour
+	// MaxTimeout is the longest probe timeout Validate accepts. A timeout
+	// may exceed the interval: the next probe of a target starts Interval
+	// after the previous one ended, so probes of one target never overlap.
+	MaxTimeout = time.Hour
 	// MaxThreshold is the largest Rise or Fall Validate accepts.
 	MaxThreshold = 100
 
@@ -131,7 +135,11 @@ type Spec struct {
 	// of the next (jittered by ±IntervalJitter). Default 2s.
 	Interval time.Duration
 	// Timeout bounds a whole probe: connect, request, response and body.
-	// Must be less than Interval. Default 1s, or Interval/2 if shorter.
+	// It may be longer than Interval (up to MaxTimeout): the next probe
+	// starts Interval after this one ended, so probes of one target never
+	// overlap, and a dead target is marked down Timeout×Fall +
+	// Interval×(Fall−1) after its first failing probe started (interval
+	// 2s, timeout 5s, fall 3: 19s). Default 1s, or Interval/2 if shorter.
 	Timeout time.Duration
 	// Rise is how many consecutive successes bring a Down target Up.
 	// Default 2.
@@ -187,10 +195,12 @@ func (s Spec) Validate() error {
 		bad("interval %v is below the minimum %v", s.Interval, MinInterval)
 	case s.Interval > MaxInterval:
 		bad("interval %v is above the maximum %v", s.Interval, MaxInterval)
+	}
+	switch {
 	case s.Timeout <= 0:
 		bad("timeout %v must be positive", s.Timeout)
-	case s.Timeout >= s.Interval:
-		bad("timeout %v must be less than interval %v", s.Timeout, s.Interval)
+	case s.Timeout > MaxTimeout:
+		bad("timeout %v is above the maximum %v", s.Timeout, MaxTimeout)
 	}
 	if s.Rise < 1 || s.Rise > MaxThreshold {
 		bad("rise %d must be in 1..%d", s.Rise, MaxThreshold)
