@@ -327,8 +327,23 @@ func (c *Checker) nextDelay(interval time.Duration) time.Duration {
 	return interval + time.Duration((2*c.random()-1)*IntervalJitter*float64(interval))
 }
 
+// targetKeyCtx is the context key under which a probe's context carries
+// its target's key.
+type targetKeyCtx struct{}
+
+// TargetKey returns the key of the Target whose probe ctx belongs to: a
+// Checker sets it on every probe's context, so that a Prober (or a
+// NetProber's DialContext, which gets the probe's context) can tell apart
+// targets with the same address, e.g. two tenants' DIPs reached through
+// different interfaces. It returns "" for any other context.
+func TargetKey(ctx context.Context) string {
+	k, _ := ctx.Value(targetKeyCtx{}).(string)
+	return k
+}
+
 func (c *Checker) probeLoop(ctx context.Context, key string, t *target, l *loop, addr netip.AddrPort, spec Spec) {
 	defer c.loops.Done()
+	ctx = context.WithValue(ctx, targetKeyCtx{}, key)
 	wait := c.firstDelay(spec.Interval)
 	c.log.Debug("health: probe schedule", "target", key, "addr", addr, "probe", spec, "first_probe_in", wait)
 	for {

@@ -53,5 +53,16 @@
 // log/slog and delivered in order to CheckerConfig.OnChange from a single
 // goroutine (or to OnChanges, in batches of whatever queued up while the
 // previous batch was handled: a Mux applies each batch as one snapshot); Snapshot returns every target's state, last result and probe
-// counters, which the Mux exports as metrics.
+// counters, which the Mux exports as metrics. Every probe's context
+// carries its target's key (TargetKey), so a Prober can tell apart targets
+// with the same address, e.g. two tenants' DIPs behind two interfaces of
+// one host.
+//
+// # Verdicts
+//
+// A Verdict is one DIP's health as a host that probed it reports it:
+// (VNI, address, probed port), up or not, since when, why. A Host Agent
+// probes the DIPs on its own host and reports Verdicts; a Mux whose health
+// comes from outside (mux.Config.ExternalHealth) applies them instead of
+// probing.
 package health

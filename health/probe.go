@@ -21,10 +21,11 @@ var (
 )
 
 // A Prober runs one probe of addr as spec says and returns nil on success.
-// A Checker passes addr with spec.Port already applied. ctx carries the probe's deadline (spec.Timeout) and is cancelled when the
-// target is removed or the Checker stops; a Prober must return promptly
-// then. The Checker calls Probe from one goroutine per target, so a Prober
-// must be safe for concurrent use across targets.
+// A Checker passes addr with spec.Port already applied. ctx carries the
+// probe's deadline (spec.Timeout) and the target's key (TargetKey), and is
+// cancelled when the target is removed or the Checker stops; a Prober must
+// return promptly then. The Checker calls Probe from one goroutine per
+// target, so a Prober must be safe for concurrent use across targets.
 type Prober interface {
 	Probe(ctx context.Context, addr netip.AddrPort, spec Spec) error
 }
@@ -56,7 +57,8 @@ type NetProber struct {
 	Source netip.Addr
 	// DialContext, when set, opens every probe connection (network "tcp",
 	// address a literal "ip:port"), for example inside a network namespace
-	// (netlab's NS.Dial). It must honour ctx's deadline.
+	// (netlab's NS.Dial). It must honour ctx's deadline. ctx is the
+	// probe's, so TargetKey(ctx) names the target being probed.
 	DialContext func(ctx context.Context, network, address string) (net.Conn, error)
 
 	once   sync.Once
