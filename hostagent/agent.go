@@ -65,6 +65,16 @@ type Config struct {
 	IdleSpins int
 	// Logger receives the agent's logs (default slog.Default()).
 	Logger *slog.Logger
+	// OnDIPHealth, when set, makes the agent probe its own DIPs — the VMs
+	// of this host that back a VIP with a probe (Plan.Probes) — through
+	// their VM ports, and report the verdicts: it is called with every
+	// batch of changes, from one goroutine, never concurrently. A
+	// document that adds DIPs to probe makes a call listing them, down
+	// (Reason "not probed yet"); DIPs a document stops probing are not
+	// reported, they are just gone from Agent.DIPHealth, which lists
+	// exactly the DIPs probed now (OnDIPHealth may call it). Nil: the
+	// agent probes nothing (the Muxes probe).
+	OnDIPHealth func([]DIPHealth)
 	// OnForwarding, when set, is called once, when the first data path
 	// forwards: its sockets open and its programs attached. A process
 	// drops the privileges it no longer needs there (see
@@ -105,6 +115,8 @@ type Agent struct {
 
 	partialMu sync.Mutex
 	partial   map[string]*engine.PartialChecksums // by input interface
+
+	probe *dipProber // nil unless Config.OnDIPHealth is set
 }
 
 // New checks cfg and prepares an Agent; Run starts it.
@@ -135,8 +147,34 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, rules: flow.NewRules(), table: table,
 		rebuild: make(chan *rebuild), runDone: make(chan struct{})}
+	if cfg.OnDIPHealth != nil {
+		if a.probe, err = newDIPProber(cfg.OnDIPHealth, cfg.Logger); err != nil {
+			return nil, err
+		}
+	}
 	a.watcher = control.NewWatcher(cfg.ConfigPath, control.WatcherOptions{Logger: cfg.Logger})
 	return a, nil
+}
+
+// DIPHealth returns the verdict of every DIP the agent probes, sorted by
+// VNI, address and port (nil unless Config.OnDIPHealth is set).
+func (a *Agent) DIPHealth() []DIPHealth {
+	if a.probe == nil {
+		return nil
+	}
+	return a.probe.verdicts()
+}
+
+// probeDIPs makes plan's DIPs the probed ones, when the agent probes.
+func (a *Agent) probeDIPs(plan *Plan) {
+	if a.probe == nil {
+		return
+	}
+	if err := a.probe.set(plan); err != nil {
+		// The document's probes passed health.Spec.Validate: cannot
+		// happen. The previous DIPs stay probed.
+		a.log.Error("hostagent: DIP probes", "version", plan.Version, "err", err)
+	}
 }
 
 // Reload re-reads the document (what SIGHUP does).
@@ -307,11 +345,13 @@ func (a *Agent) apply(doc *control.Document) error {
 		if err := <-r.done; err != nil {
 			return fmt.Errorf("hostagent: version %d: %w", doc.Version, err)
 		}
+		a.probeDIPs(plan)
 		a.log.Info("hostagent: applied configuration", "version", doc.Version, "host", plan.Host.Name,
 			"address", plan.Host.Address, "vm_ports", len(plan.Ports), "dips", len(plan.DIPs),
 			"vips", snap.Len(), "data_path", "rebuilt")
 		return nil
 	}
+	a.probeDIPs(plan)
 	a.log.Info("hostagent: applied configuration", "version", doc.Version, "host", plan.Host.Name,
 		"address", plan.Host.Address, "vm_ports", len(plan.Ports), "dips", len(plan.DIPs),
 		"vips", snap.Len(), "data_path", dataPathAction(a.Forwarding()))
@@ -428,6 +468,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	side.Go("NAT table ager", func(ctx context.Context) error {
 		return node.Sweep(ctx, a.table.Conns().Cap(), func(budget int) { a.table.Age(a.table.Now(), budget) })
 	})
+	if a.probe != nil {
+		side.Go("DIP prober", a.probe.checker.Run)
+	}
 
 	watchErr := make(chan error, 1)
 	side.Go("config watcher", func(c context.Context) error {

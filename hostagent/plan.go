@@ -10,6 +10,7 @@ import (
 	"github.com/xdplb/xdplb/encap"
 	"github.com/xdplb/xdplb/engine/steer"
 	"github.com/xdplb/xdplb/header"
+	"github.com/xdplb/xdplb/health"
 	"github.com/xdplb/xdplb/nat"
 )
 
@@ -54,6 +55,40 @@ type Plan struct {
 	// Uplink is the uplink steering program's configuration: VXLAN to the
 	// host's address and VXLAN port.
 	Uplink steer.Config
+	// Probes are the host's DIPs that the agent probes when it reports
+	// health (Config.OnDIPHealth): see DIPProbe.
+	Probes []DIPProbe
+}
+
+// DIPProbe is one DIP of this host to probe: a VM on the host that is a
+// backend of a VIP with a probe, probed through its VM port. A DIP that
+// backs several probed VIPs on the same probe port is probed once, with
+// the probe of the first of those VIPs in the document.
+type DIPProbe struct {
+	// VNI, Addr and Port name the DIP and the port probed (the probe's
+	// port, else the backend's, else the VIP's): health.VerdictKey.
+	VNI  uint32
+	Addr netip.Addr
+	Port uint16
+	// Interface is the DIP's VM port: probes leave through it.
+	Interface string
+	// Spec is the probe, defaults applied.
+	Spec health.Spec
+	// VIP and Backend name the first VIP and backend the probe comes
+	// from (for logs).
+	VIP, Backend string
+}
+
+// Key is the probe's health.VerdictKey.
+func (p DIPProbe) Key() health.VerdictKey {
+	return health.VerdictKey{VNI: p.VNI, Addr: p.Addr, Port: p.Port}
+}
+
+// targetKey is the probe's health.Target key: "INTERFACE/VNI/ADDR:PORT".
+// Interface names hold no '/', so the prober finds the interface in it
+// (health.TargetKey); a DIP that moves to another port is a new target.
+func (p DIPProbe) targetKey() string {
+	return fmt.Sprintf("%s/%d/%v", p.Interface, p.VNI, netip.AddrPortFrom(p.Addr, p.Port))
 }
 
 // VMPort is one VM port of the host: a Linux interface that VMs (DIPs)
@@ -199,6 +234,7 @@ func NewPlan(doc *control.Document, host string, extraInfra []netip.Prefix) (*Pl
 			vp.Steer.Src = append(vp.Steer.Src, steer.SrcRule{Addr: b.Address, Port: port})
 		}
 	}
+	p.Probes = probesOf(doc, h, byName)
 	for i := range p.Ports {
 		vp := &p.Ports[i]
 		vp.Steer.Infra = p.Infra
@@ -213,6 +249,57 @@ func NewPlan(doc *control.Document, host string, extraInfra []netip.Prefix) (*Pl
 	}
 	p.Uplink = p.Uplink.Normalize()
 	return p, nil
+}
+
+// probesOf lists the DIPs of host h to probe: the backends of VIPs with
+// a probe that are VMs of h (same VNI and address), one per (VNI,
+// address, probed port), in document order. byName maps a VM port's
+// interface to its index.
+func probesOf(doc *control.Document, h *control.Host, byName map[string]int) []DIPProbe {
+	type vniAddr struct {
+		vni  uint32
+		addr netip.Addr
+	}
+	vms := map[vniAddr]string{} // → interface
+	for _, vm := range h.VMs {
+		vms[vniAddr{vm.VNI, vm.Address}] = vm.Interface
+	}
+	var out []DIPProbe
+	seen := map[health.VerdictKey]bool{}
+	for i := range doc.VIPs {
+		v := &doc.VIPs[i]
+		if v.Probe == nil {
+			continue
+		}
+		spec := v.Probe.WithDefaults()
+		for j := range v.Backends {
+			b := &v.Backends[j]
+			ifname, ok := vms[vniAddr{v.VNI, b.Address}]
+			if !ok {
+				continue
+			}
+			if _, ok := byName[ifname]; !ok {
+				continue
+			}
+			port := spec.Port
+			if port == 0 {
+				port = b.Port
+			}
+			if port == 0 {
+				port = v.Port
+			}
+			if port == 0 {
+				continue // an all-ports VIP probed on no port: nothing to probe
+			}
+			dp := DIPProbe{VNI: v.VNI, Addr: b.Address, Port: port, Interface: ifname, Spec: spec, VIP: v.Name, Backend: b.Name}
+			if seen[dp.Key()] {
+				continue
+			}
+			seen[dp.Key()] = true
+			out = append(out, dp)
+		}
+	}
+	return out
 }
 
 func comparePrefix(a, b netip.Prefix) int {
