@@ -1,6 +1,8 @@
 package hostagent
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xdplb/xdplb/internal/nodemetrics"
@@ -26,11 +28,12 @@ var (
 	descBuilds   = prometheus.NewDesc("xdplb_datapath_builds_total", "Data path builds (the first, and one per structural document change).", nil, nil)
 	descFailed   = prometheus.NewDesc("xdplb_datapath_build_failures_total", "Data path builds that failed (a foreign XDP program on a new VM port, say): the running data path kept forwarding and the version was refused.", nil, nil)
 	descDIPs     = prometheus.NewDesc("xdplb_local_dips", "DIPs (VM addresses) hosted here, per VM port.", []string{"interface"}, nil)
+	descDIPUp    = prometheus.NewDesc("xdplb_dip_health", "1 while a DIP this host probes is up, 0 while it is down or not probed yet (Config.OnDIPHealth).", []string{"vni", "dip", "port"}, nil)
 )
 
 func (c agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	nodemetrics.Describe(ch)
-	for _, d := range []*prometheus.Desc{descNAT, descNATFlows, descNATCap, descNATEv, descNATClass, descUp, descBuilds, descFailed, descDIPs} {
+	for _, d := range []*prometheus.Desc{descNAT, descNATFlows, descNATCap, descNATEv, descNATClass, descUp, descBuilds, descFailed, descDIPs, descDIPUp} {
 		ch <- d
 	}
 }
@@ -74,6 +77,13 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descNATEv, cs.Evictions, "eviction")
 
 	nodemetrics.Config(ch, a.watcher.Status())
+	for _, v := range a.DIPHealth() {
+		up := 0.0
+		if v.Up {
+			up = 1
+		}
+		gauge(descDIPUp, up, strconv.FormatUint(uint64(v.VNI), 10), v.Addr.String(), strconv.Itoa(int(v.Port)))
+	}
 
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -54,6 +54,7 @@ func main() {
 		infra    = flag.String("infra", "", "extra infrastructure prefixes, comma-separated (never NATed)")
 		tunnels  = flag.String("tunnel-sources", "", "prefixes VXLAN may come from (the Muxes), comma-separated; overrides the document's mux_prefixes (empty: mux_prefixes, which then must be set)")
 		check    = flag.Bool("check", false, "validate the document, print this host's plan, and exit")
+		probe    = flag.Bool("probe-dips", false, "probe this host's DIPs (backends of VIPs with a probe) through their VM ports; verdicts are logged and exported as xdplb_dip_health")
 	)
 	flag.TextVar(&xdpMode, "xdp-mode", steer.AttachAuto, "XDP attach mode: auto, driver or generic")
 	flag.TextVar(&ring, "ring", afxdp.RingOwn, "AF_XDP ring implementation: own or asavie")
@@ -105,6 +106,13 @@ func main() {
 	cfg.NAT.Capacity = *conns
 	cfg.TunnelSources = tunnelSources
 	cfg.XDPMode, cfg.Port.Ring = xdpMode, ring
+	if *probe {
+		cfg.OnDIPHealth = func(vs []hostagent.DIPHealth) {
+			for _, v := range vs {
+				log.Info("hostagent: DIP health", "vni", v.VNI, "dip", v.Addr, "port", v.Port, "up", v.Up, "reason", v.Reason)
+			}
+		}
+	}
 	if err := run(cfg, *metrics, log); err != nil {
 		log.Error("hostagent failed", "err", err)
 		os.Exit(1)
@@ -157,5 +165,8 @@ func printPlan(p *hostagent.Plan) {
 	}
 	for _, e := range p.Endpoints {
 		fmt.Printf("  DIPs %v MAC %v VNI %d on port %d\n", e.Addrs, e.MAC, e.VNI, e.OutPort)
+	}
+	for _, dp := range p.Probes {
+		fmt.Printf("probe (with -probe-dips) %v through %s: %s every %v (VIP %s)\n", dp.Key(), dp.Interface, dp.Spec.Type, dp.Spec.Interval, dp.VIP)
 	}
 }
