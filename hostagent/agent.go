@@ -148,7 +148,7 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, log: cfg.Logger, rules: flow.NewRules(), table: table,
 		rebuild: make(chan *rebuild), runDone: make(chan struct{})}
 	if cfg.OnDIPHealth != nil {
-		if a.probe, err = newDIPProber(cfg.OnDIPHealth, cfg.Logger); err != nil {
+		if a.probe, err = newDIPProber(cfg.OnDIPHealth, cfg.Logger, nil); err != nil {
 			return nil, err
 		}
 	}

@@ -35,9 +35,15 @@ type dipProber struct {
 	notifyMu sync.Mutex // serialises notify: the checker's events and Set's additions
 }
 
-func newDIPProber(notify func([]DIPHealth), log *slog.Logger) (*dipProber, error) {
+// newDIPProber returns a prober that calls notify with verdicts. prober
+// replaces the probes through the VM ports (tests); nil for those.
+func newDIPProber(notify func([]DIPHealth), log *slog.Logger, prober health.Prober) (*dipProber, error) {
 	p := &dipProber{notify: notify, log: log}
-	c, err := health.NewChecker(health.CheckerConfig{Logger: log, DialContext: p.dial, OnChanges: p.changed})
+	cfg := health.CheckerConfig{Logger: log, Prober: prober, OnChanges: p.changed}
+	if prober == nil {
+		cfg.DialContext = p.dial
+	}
+	c, err := health.NewChecker(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("hostagent: %w", err)
 	}
