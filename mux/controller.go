@@ -77,6 +77,14 @@ type Controller struct {
 	snap     *flow.Snapshot
 	vipIndex map[string]int
 	servable map[netip.Prefix]int
+
+	// External health (ControllerConfig.ExternalHealth): which probed
+	// backends the hosts' reports decide (of doc), and the reports, by
+	// host as given to SetDIPHealth. probes are the checker's targets.
+	external bool
+	ext      *extHealth
+	reports  map[string]map[health.VerdictKey]bool
+	probes   []health.Target
 }
 
 // ControllerConfig wires a Controller.
@@ -86,6 +94,11 @@ type ControllerConfig struct {
 	Announcer Announcer
 	Steering  Steering
 	Logger    *slog.Logger
+	// ExternalHealth: the backends of probed VIPs on hosts with a Host
+	// Agent (listed in hosts[]) are decided by their hosts' reports
+	// (SetDIPHealth), not probed by the Checker, which gets only the
+	// other backends' targets. See Config.ExternalHealth.
+	ExternalHealth bool
 }
 
 // NewController returns a Controller; Apply gives it its first document.
@@ -97,7 +110,7 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Controller{rules: cfg.Rules, checker: cfg.Checker, announce: cfg.Announcer,
-		steering: cfg.Steering, log: cfg.Logger}, nil
+		steering: cfg.Steering, log: cfg.Logger, external: cfg.ExternalHealth}, nil
 }
 
 // SetAnnouncer sets (or clears) the BGP announcer, for a BGP speaker
@@ -140,22 +153,23 @@ func (c *Controller) Apply(doc *control.Document) error {
 	if err != nil {
 		return fmt.Errorf("mux: version %d: %w", doc.Version, err)
 	}
-	snap, err := flow.NewSnapshot(doc.Version, doc.Rules(c.healthOf(doc)), c.rules.Load())
+	var ext *extHealth
+	probes := plan.Probes
+	if c.external {
+		ext, probes = externalTargets(doc)
+	}
+	snap, err := flow.NewSnapshot(doc.Version, doc.Rules(c.healthOf(doc, ext)), c.rules.Load())
 	if err != nil {
 		return fmt.Errorf("mux: version %d: %w", doc.Version, err)
 	}
 	vnis := newVNIIndexOf(plan)
-	if err := c.checker.Set(plan.Probes); err != nil {
+	if err := c.checker.Set(probes); err != nil {
 		return fmt.Errorf("mux: version %d: health targets: %w", doc.Version, err)
 	}
 	if c.steering != nil {
 		if err := c.steering.Sync(plan.Steering); err != nil {
 			// Whole or not at all: the running version keeps its probes.
-			var prev []health.Target
-			if c.plan != nil {
-				prev = c.plan.Probes
-			}
-			if rerr := c.checker.Set(prev); rerr != nil {
+			if rerr := c.checker.Set(c.probes); rerr != nil {
 				c.log.Error("mux: restoring the running version's probe targets", "err", rerr)
 			}
 			return fmt.Errorf("mux: version %d: steering: %w", doc.Version, err)
@@ -164,7 +178,7 @@ func (c *Controller) Apply(doc *control.Document) error {
 	diff := c.plan.Diff(plan)
 	c.vnis.Store(vnis)
 	c.publish(snap, doc)
-	c.plan = plan
+	c.plan, c.ext, c.probes = plan, ext, probes
 	c.log.Info("mux: applied configuration", "version", doc.Version, "vips", len(doc.VIPs),
 		"added", len(diff.AddedVIPs), "removed", len(diff.RemovedVIPs), "changed", len(diff.ChangedVIPs), "tables", len(diff.Tables))
 	return c.syncAnnouncements()
@@ -197,12 +211,24 @@ func (c *Controller) publish(snap *flow.Snapshot, doc *control.Document) {
 func (c *Controller) HealthChanged(evs ...health.Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.doc == nil || len(evs) == 0 {
+	keys := make([]string, len(evs))
+	for i := range evs {
+		keys[i] = evs[i].Key
+	}
+	c.healthChanged(keys)
+}
+
+// healthChanged rebuilds the rules of the VIPs of the target keys
+// ("vip/backend") whose health changed, and publishes them as one
+// snapshot: the path both the checker's verdicts (HealthChanged) and the
+// hosts' reports (SetDIPHealth) take. Called with c.mu held.
+func (c *Controller) healthChanged(keys []string) {
+	if c.doc == nil || len(keys) == 0 {
 		return
 	}
-	ids := make([]int, 0, len(evs))
-	for i := range evs {
-		vip, _, _ := strings.Cut(evs[i].Key, "/") // VIP names have no '/'
+	ids := make([]int, 0, len(keys))
+	for _, k := range keys {
+		vip, _, _ := strings.Cut(k, "/") // VIP names have no '/'
 		if id, ok := c.vipIndex[vip]; ok {
 			ids = append(ids, id)
 		}
@@ -230,7 +256,7 @@ func (c *Controller) HealthChanged(evs ...health.Event) {
 	if snap == nil {
 		// Someone else published a snapshot: rebuild everything.
 		var err error
-		snap, err = flow.NewSnapshot(c.doc.Version, c.doc.Rules(c.healthOf(c.doc)), cur)
+		snap, err = flow.NewSnapshot(c.doc.Version, c.doc.Rules(c.healthOf(c.doc, c.ext)), cur)
 		if err != nil {
 			// The document was valid; only states changed. Cannot happen.
 			c.log.Error("mux: rebuilding rules after a health change", "err", err)
@@ -301,23 +327,24 @@ func (c *Controller) Announced() []netip.Prefix {
 	return append([]netip.Prefix(nil), c.last...)
 }
 
-// vipHealth returns the health function for doc.Rule of VIP v: nil (the
-// document's states) when v has no probe, else the checker's verdicts, as
-// healthOf.
+// vipHealth returns the health function for doc.Rule of VIP v of the
+// running document: nil (the document's states) when v has no probe, else
+// the verdicts, as healthOf.
 func (c *Controller) vipHealth(v *control.VIP) func(vip, backend string) (bool, bool) {
 	if v.Probe == nil {
 		return nil
 	}
 	return func(vip, backend string) (bool, bool) {
-		st, _ := c.checker.State(targetKey(vip, backend))
-		return st == health.Up, true
+		return c.probedUp(c.ext, vip, backend), true
 	}
 }
 
-// healthOf returns the health function for doc.Rules: a probed backend is
-// up only when its probe says Up (Unknown counts as down); an unprobed one
-// keeps the document's state.
-func (c *Controller) healthOf(doc *control.Document) func(vip, backend string) (bool, bool) {
+// healthOf returns the health function for doc.Rules, with ext the
+// external targets of doc (nil: the checker decides every probed
+// backend): a probed backend is up only when its probe, or its host's
+// report, says Up (Unknown, or no report, counts as down); an unprobed
+// one keeps the document's state.
+func (c *Controller) healthOf(doc *control.Document, ext *extHealth) func(vip, backend string) (bool, bool) {
 	probed := map[string]bool{}
 	for i := range doc.VIPs {
 		if doc.VIPs[i].Probe != nil {
@@ -328,8 +355,7 @@ func (c *Controller) healthOf(doc *control.Document) func(vip, backend string) (
 		if !probed[vip] {
 			return false, false
 		}
-		st, _ := c.checker.State(targetKey(vip, backend))
-		return st == health.Up, true
+		return c.probedUp(ext, vip, backend), true
 	}
 }
 

@@ -122,7 +122,7 @@ func TestHealthCoalesced(t *testing.T) {
 			}
 			all.HealthChanged(evs...)
 
-			ref, err := flow.NewSnapshot(doc.Version, doc.Rules(all.healthOf(doc)), nil)
+			ref, err := flow.NewSnapshot(doc.Version, doc.Rules(all.healthOf(doc, nil)), nil)
 			require.NoError(t, err)
 			requireSameRules(t, ref, all.rules.Load())
 			requireSameRules(t, ref, one.rules.Load())

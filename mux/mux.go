@@ -95,6 +95,20 @@ type Config struct {
 	// ProbeSource is the address health probes are sent from (default:
 	// the kernel's choice).
 	ProbeSource netip.Addr
+	// ExternalHealth makes the Host Agents' reports decide the health of
+	// the backends of probed VIPs that sit on hosts listed in the
+	// document's hosts[] (SetDIPHealth): the Mux does not probe those.
+	// Such a backend takes new flows only while the host the document
+	// puts it on reports its (VIP's VNI, address, probed port) up; until
+	// its host's first report, and once the host's reports are gone
+	// (SetDIPHealth with none: its agent died and its keys expired), it
+	// counts as down, as a backend the Mux probes does until its first
+	// probe passes (Ananta's rule: no live health report, no new flows).
+	// Flows already in the connection table keep their backend. Backends
+	// on hosts without a Host Agent (not in hosts[], e.g. a kernel vxlan
+	// device) are still probed by the Mux. Off (the default, and what a
+	// file-only setup uses): the Mux probes every backend itself.
+	ExternalHealth bool
 	// IdleSpins is passed to the workers (engine.WorkerConfig).
 	IdleSpins int
 	// Logger receives the Mux's logs (default slog.Default()).
@@ -134,6 +148,12 @@ type Mux struct {
 	// forwarding is true from the moment the data path runs until it
 	// fails or stops (xdplb_datapath_up).
 	forwarding atomic.Bool
+
+	// SetDIPHealth's reports waiting to be applied, and the lock of the
+	// caller applying them.
+	extMu      sync.Mutex
+	extPending map[string][]health.Verdict
+	extApply   sync.Mutex
 }
 
 // New checks cfg and prepares a Mux; Run starts it.
@@ -169,7 +189,8 @@ func New(cfg Config) (*Mux, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
-	m.ctl, err = NewController(ControllerConfig{Rules: m.rules, Checker: m.checker, Logger: cfg.Logger})
+	m.ctl, err = NewController(ControllerConfig{Rules: m.rules, Checker: m.checker, Logger: cfg.Logger,
+		ExternalHealth: cfg.ExternalHealth})
 	if err != nil {
 		return nil, err
 	}
