@@ -49,6 +49,48 @@
 //     routes them. The VM's own traffic (outbound connections, DNS, ...)
 //     passes too.
 //
+// # Probing its own DIPs
+//
+// With Config.OnDIPHealth set (examples/hostagent -probe-dips) the agent
+// probes the VMs of its host that back a VIP with a probe (Plan.Probes:
+// one target per VNI, DIP and probed port, with the document's probe) and
+// reports the verdicts (DIPHealth, which is health.Verdict; also
+// Agent.DIPHealth and xdplb_dip_health{vni,dip,port}). A probe reaches
+// exactly that tenant's VM whatever its address, since it is an ordinary
+// kernel TCP connection (or HTTP over one) whose socket is bound to the
+// DIP's VM port (SO_BINDTODEVICE) and sent from the host's own address:
+//
+//   - out: the kernel sends the SYN out of the VM port and resolves the
+//     DIP by ARP on that port (neighbour entries are per interface). For
+//     IPv4 no route is needed: a socket bound to an interface with no
+//     route to the DIP through it takes the DIP as on-link there, so two
+//     VMs with one address in two VNIs, behind two ports, are both
+//     reached although the host can route that address to one port only;
+//   - back: the VM answers the host's address through its gateway (the
+//     host side of its port, as for any traffic it sends); the host's
+//     address is an infrastructure prefix, so the port's steering program
+//     passes the answer to the kernel even when it matches a DIP rule
+//     (the probed port serving a VIP), and the kernel hands it to the
+//     bound socket. Nothing in the data path changes.
+//
+// Limits: a probe of an IPv6 DIP needs a route to the DIP through its port
+// (IPv6 has no on-link fallback for a bound socket), so two tenants' VMs
+// with the same IPv6 address behind two ports of one host need a route
+// each (e.g. one per port with different metrics). A strict reverse-path
+// filter on a VM port (rp_filter 1) drops the answer of a VM whose address
+// the host routes to another port; the kernel's default (0) and the loose
+// filter (2, systemd's default) pass it. Probes of the other family than
+// the host's address leave from the kernel's choice of source. Binding
+// needs CAP_NET_RAW, which the agent keeps (internal/node.HostAgentCaps).
+//
+// The checker runs the probes (package health: rise, fall, a timeout that
+// may exceed the interval); OnDIPHealth gets every batch of changes from
+// one goroutine. A document that adds DIPs to probe makes one call
+// listing them down ("not probed yet"); a DIP a document stops probing is
+// not reported again, it is only gone from Agent.DIPHealth, which lists
+// exactly the DIPs probed now. Without OnDIPHealth the agent probes
+// nothing: the Muxes probe (mux.Config.ExternalHealth off).
+//
 // # Workers and sockets
 //
 // The data path is built by engine/datapath from a spec of the plan: the
@@ -110,8 +152,9 @@
 //     (the steering program can match a DIP's ICMP only together with all
 //     its other traffic), so they leave untranslated; the NAT stages can
 //     translate them (nat.Return), the steering cannot yet single them out.
-//   - Backends' health is the Muxes' business: the agent translates what it
-//     receives.
+//   - The agent translates what it receives whatever its DIPs' health:
+//     health decides where the Muxes send new flows (its own verdicts
+//     reach them through OnDIPHealth and whatever the caller publishes).
 //
 // Agent is the whole node, as examples/hostagent runs it.
 package hostagent

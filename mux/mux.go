@@ -37,6 +37,23 @@
 // whole node, as examples/mux runs it. Health verdicts reach it in batches
 // (health.CheckerConfig.OnChanges: whatever queued up while the previous
 // batch was applied) and rebuild only the rules of the VIPs they name.
+//
+// # Who probes
+//
+// By default (and in a file-only setup) the Mux probes every backend of
+// every probed VIP itself. With Config.ExternalHealth the Host Agents
+// probe the DIPs on their own hosts, through the VM ports, so tenants with
+// the same DIP address are told apart (hostagent.Config.OnDIPHealth), and
+// the Mux applies their reports (Mux.SetDIPHealth, Controller.SetDIPHealth)
+// through the same batching path: a backend on a host listed in hosts[]
+// takes new flows only while that host reports its (VNI, DIP, probed port)
+// up. No report, or a host whose reports are gone (its agent died and its
+// leased keys expired), means down: a DIP without a live health report
+// gets no new flows (Ananta's rule); established flows keep their
+// backend. The grace before a silent host's backends go down is the
+// lifetime of its reports in the store that carries them (an etcd lease's
+// TTL), not a timer of the Mux. Backends on hosts without a Host Agent
+// (not in hosts[]) are still probed by the Mux.
 package mux
 
 import (
