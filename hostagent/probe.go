@@ -27,7 +27,6 @@ type DIPHealth = health.Verdict
 type dipProber struct {
 	checker *health.Checker
 	notify  func([]DIPHealth)
-	log     *slog.Logger
 
 	mu     sync.Mutex
 	source netip.Addr // the host's address: probes of its family come from it
@@ -38,7 +37,7 @@ type dipProber struct {
 // newDIPProber returns a prober that calls notify with verdicts. prober
 // replaces the probes through the VM ports (tests); nil for those.
 func newDIPProber(notify func([]DIPHealth), log *slog.Logger, prober health.Prober) (*dipProber, error) {
-	p := &dipProber{notify: notify, log: log}
+	p := &dipProber{notify: notify}
 	cfg := health.CheckerConfig{Logger: log, Prober: prober, OnChanges: p.changed}
 	if prober == nil {
 		cfg.DialContext = p.dial
