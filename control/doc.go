@@ -61,11 +61,13 @@
 //	hash_seed       0         fleet-wide flow hash seed (flow.NewHasher), 0..2^64-1
 //	maglev_min_table_size 0   smallest Maglev table of a VIP without table_size, 0..16777213
 //	                          (0: 4093), rounded up to the sizes listed under table_size
-//	node.name       ""        this node's identity; a Host Agent picks its host by it
+//	node.name       ""        a per-node file's node; a Host Agent picks its host by it
+//	                          (not allowed with nodes: there each node is started with its name)
 //	infra_prefixes  none      prefixes (no host bits) whose traffic is never NATed
 //	mux_prefixes    none      prefixes (no host bits) the Muxes send VXLAN from; Host Agents accept
 //	                          VXLAN from nothing else and refuse to run without them (or -tunnel-sources)
 //	bgp             none      a Mux's BGP speaker (below)
+//	nodes           none      per-node settings, by node name: one document for the fleet (below)
 //	vips            none      the services (below)
 //	hosts           none      hosts and VMs, for Host Agents (below)
 //
@@ -84,6 +86,31 @@
 //	                          password (none): TCP-MD5 (RFC 2385), 1..80 bytes,
 //	                          ttl_security (0 = off): GTSM (RFC 5082), the peer's distance
 //	                          in hops, 1..254 (1 = directly connected: only TTL 255 accepted)
+//
+// nodes (one document for every node; a node reads its part with
+// Document.ForNode, by the name it is started with, e.g. mux -node mux-1):
+//
+//	<name>          required  a node name (1-253 letters, digits, '.', '_', '-'), unique
+//	<name>.bgp      none      what this Mux sets for itself: router_id (required, unique
+//	                          among the nodes, and then not allowed in the top-level bgp),
+//	                          asn, listen_addresses, next_hop and next_hop6 replace the
+//	                          fleet's; peers are added to the fleet's bgp.peers. hold_time,
+//	                          withdraw_grace and listen_port are the fleet's.
+//
+// A fleet document looks like this (Host Agents find their entry of hosts
+// by the name they are started with, -host):
+//
+//	bgp:
+//	  asn: 65010
+//	nodes:
+//	  mux-1:
+//	    bgp:
+//	      router_id: 198.18.0.11
+//	      peers: [{address: 198.18.0.1, asn: 65000}]
+//	  mux-2:
+//	    bgp:
+//	      router_id: 198.18.0.12
+//	      peers: [{address: 198.18.0.2, asn: 65000}]
 //
 // vips[]:
 //

@@ -1,7 +1,10 @@
 package control
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
+	"strings"
 	"slices"
 	"time"
 
@@ -58,8 +61,13 @@ type Document struct {
 	// trades memory for fewer size changes as pools grow and less
 	// disruption when a backend leaves.
 	MaglevMinTableSize uint32
-	// Node names the node the document is for (optional).
+	// Node names the node a per-node document is for (optional; a
+	// document with Nodes has none).
 	Node Node
+	// Nodes are the per-node settings of a fleet document, in document
+	// order: one document then serves every node, and each node reads its
+	// own part with ForNode.
+	Nodes []NodeConfig
 	// InfraPrefixes are infrastructure source prefixes (health probers,
 	// Muxes) whose traffic is never NATed.
 	InfraPrefixes []netip.Prefix
@@ -82,6 +90,67 @@ type Node struct {
 	// Name is the node's identity in logs; a Host Agent picks its entry of
 	// Document.Hosts by this name (or by address).
 	Name string
+}
+
+// NodeConfig is what one node of a fleet document sets for itself.
+type NodeConfig struct {
+	// Name is the node's name, as the node is started with (-node).
+	Name string
+	// BGP holds the BGP settings the node sets for itself (nil: none):
+	// ASN (0: the fleet's), RouterID, ListenAddresses, NextHop and
+	// NextHop6 replace the fleet's (Document.BGP) when set; Peers are
+	// added to the fleet's. Use ForNode for the merged result.
+	BGP *BGP
+}
+
+// ErrUnknownNode is returned by ForNode for a node the document's nodes
+// section does not list.
+var ErrUnknownNode = errors.New("control: node not in the document")
+
+// ForNode returns the per-node document node name runs: with a nodes
+// section, Node.Name is name, BGP is the fleet's merged with the node's
+// own (see NodeConfig) and Nodes is nil, and a name the section does not
+// list is an error (ErrUnknownNode) saying which names it lists. Without
+// one (a per-node document, or ForNode's result), the document is
+// returned as it is, with Node.Name set to name when name is not empty.
+// The result shares everything else with d.
+func (d *Document) ForNode(name string) (*Document, error) {
+	if len(d.Nodes) == 0 {
+		if name == "" || name == d.Node.Name {
+			return d, nil
+		}
+		c := *d
+		c.Node.Name = name
+		return &c, nil
+	}
+	if name == "" {
+		return nil, fmt.Errorf("%w: the document serves every node of its nodes section (%s): start the node with its name (-node)", ErrUnknownNode, d.nodeNames())
+	}
+	i := slices.IndexFunc(d.Nodes, func(n NodeConfig) bool { return n.Name == name })
+	if i < 0 {
+		return nil, fmt.Errorf("%w: %q is not in the nodes section (it lists %s): add it, or start the node with one of those names", ErrUnknownNode, name, d.nodeNames())
+	}
+	c := *d
+	c.Node.Name, c.Nodes = name, nil
+	if d.BGP != nil {
+		c.BGP = mergeBGP(d.BGP, d.Nodes[i].BGP)
+		if !c.BGP.RouterID.IsValid() {
+			return nil, fmt.Errorf("control: node %q has no bgp.router_id in the nodes section (a Mux needs one)", name)
+		}
+	}
+	return &c, nil
+}
+
+func (d *Document) nodeNames() string {
+	names := make([]string, 0, len(d.Nodes))
+	for _, n := range d.Nodes {
+		names = append(names, n.Name)
+	}
+	const show = 10
+	if len(names) > show {
+		return strings.Join(names[:show], ", ") + fmt.Sprintf(" and %d more", len(names)-show)
+	}
+	return strings.Join(names, ", ")
 }
 
 // BGP is a Mux's BGP speaker configuration.

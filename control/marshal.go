@@ -48,7 +48,9 @@ func (d *Document) Marshal() ([]byte, error) {
 	}
 	if b := d.BGP; b != nil {
 		n := mapping()
-		add(n, "asn", uintNode(uint64(b.ASN)))
+		if b.ASN != 0 { // 0: each node of a fleet document sets its own
+			add(n, "asn", uintNode(uint64(b.ASN)))
+		}
 		addAddr(n, "router_id", b.RouterID)
 		add(n, "listen_port", intNode(int64(b.ListenPort)))
 		if len(b.ListenAddresses) > 0 {
@@ -62,23 +64,28 @@ func (d *Document) Marshal() ([]byte, error) {
 		add(n, "withdraw_grace", strNode(b.WithdrawGrace.String()))
 		addAddr(n, "next_hop", b.NextHop)
 		addAddr(n, "next_hop6", b.NextHop6)
-		if len(b.Peers) > 0 {
-			s := sequence()
-			for _, p := range b.Peers {
-				pn := mapping()
-				addAddr(pn, "address", p.Address)
-				add(pn, "asn", uintNode(uint64(p.ASN)))
-				add(pn, "port", uintNode(uint64(p.Port)))
-				add(pn, "passive", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(p.Passive)})
-				if p.Password != "" {
-					add(pn, "password", strNode(p.Password))
-				}
-				add(pn, "ttl_security", uintNode(uint64(p.TTLSecurity)))
-				s.Content = append(s.Content, pn)
-			}
-			add(n, "peers", s)
-		}
+		addPeers(n, b.Peers)
 		add(root, "bgp", n)
+	}
+	if len(d.Nodes) > 0 {
+		ns := mapping()
+		for _, nc := range d.Nodes {
+			cn := mapping()
+			if b := nc.BGP; b != nil {
+				bn := mapping()
+				if b.ASN != 0 {
+					add(bn, "asn", uintNode(uint64(b.ASN)))
+				}
+				addAddr(bn, "router_id", b.RouterID)
+				addAddrs(bn, "listen_addresses", b.ListenAddresses)
+				addAddr(bn, "next_hop", b.NextHop)
+				addAddr(bn, "next_hop6", b.NextHop6)
+				addPeers(bn, b.Peers)
+				add(cn, "bgp", bn)
+			}
+			add(ns, nc.Name, cn)
+		}
+		add(root, "nodes", ns)
 	}
 	if len(d.VIPs) > 0 {
 		s := sequence()
@@ -201,6 +208,37 @@ func add(m *yaml.Node, key string, v *yaml.Node) {
 
 // addAddr adds an address unless it is invalid (then Parse reports the key
 // missing, which is what an unset address is).
+func addAddrs(m *yaml.Node, key string, as []netip.Addr) {
+	if len(as) == 0 {
+		return
+	}
+	s := sequence()
+	for _, a := range as {
+		s.Content = append(s.Content, strNode(a.String()))
+	}
+	add(m, key, s)
+}
+
+func addPeers(m *yaml.Node, peers []Peer) {
+	if len(peers) == 0 {
+		return
+	}
+	s := sequence()
+	for _, p := range peers {
+		pn := mapping()
+		addAddr(pn, "address", p.Address)
+		add(pn, "asn", uintNode(uint64(p.ASN)))
+		add(pn, "port", uintNode(uint64(p.Port)))
+		add(pn, "passive", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(p.Passive)})
+		if p.Password != "" {
+			add(pn, "password", strNode(p.Password))
+		}
+		add(pn, "ttl_security", uintNode(uint64(p.TTLSecurity)))
+		s.Content = append(s.Content, pn)
+	}
+	add(m, "peers", s)
+}
+
 func addAddr(m *yaml.Node, key string, a netip.Addr) {
 	if a.IsValid() {
 		add(m, key, strNode(a.String()))

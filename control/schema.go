@@ -13,8 +13,10 @@ import (
 
 // Known keys of each mapping, in the order Marshal writes them.
 var (
-	documentKeys = []string{"version", "written", "hash_seed", "maglev_min_table_size", "node", "infra_prefixes", "mux_prefixes", "bgp", "vips", "hosts", "checksum"}
+	documentKeys = []string{"version", "written", "hash_seed", "maglev_min_table_size", "node", "infra_prefixes", "mux_prefixes", "bgp", "nodes", "vips", "hosts", "checksum"}
 	nodeKeys     = []string{"name"}
+	nodeCfgKeys  = []string{"bgp"}
+	nodeBGPKeys  = []string{"asn", "router_id", "listen_addresses", "next_hop", "next_hop6", "peers"}
 	bgpKeys      = []string{"asn", "router_id", "listen_port", "listen_addresses", "hold_time", "withdraw_grace", "next_hop", "next_hop6", "peers"}
 	peerKeys     = []string{"address", "asn", "port", "passive", "password", "ttl_security"}
 	vipKeys      = []string{"name", "address", "protocol", "port", "vni", "distribution", "table_size", "probe", "backends"}
@@ -119,16 +121,21 @@ func (d *decoder) document(root *yaml.Node) *Document {
 		x, _ := d.uint(v, "maglev_min_table_size", 0, flow.MaglevMaxSize, "0..16777213; rounded up to the sizes table_size defaults to")
 		doc.MaglevMinTableSize = uint32(x)
 	}
+	fleet := o.vals["nodes"] != nil
 	if no := d.object(o.vals["node"], "node", nodeKeys); no != nil {
 		if v := d.get(no, "name"); v != nil {
 			doc.Node.Name, _ = d.name(v, "node.name", longNameMax, false)
+			if fleet {
+				d.errorf(v, "node.name", "node.name says which node a per-node file is for, but this document has a nodes section and serves every node: drop node.name and start each node with its name (-node)")
+			}
 		}
 	}
 	doc.InfraPrefixes = d.prefixes(o.vals["infra_prefixes"], "infra_prefixes")
 	doc.MuxPrefixes = d.prefixes(o.vals["mux_prefixes"], "mux_prefixes")
 	if bo := d.object(o.vals["bgp"], "bgp", bgpKeys); bo != nil {
-		doc.BGP = d.bgp(bo)
+		doc.BGP = d.bgp(bo, fleet)
 	}
+	doc.Nodes = d.nodes(o.vals["nodes"], doc.BGP)
 	var metas []vipMeta
 	for i, vn := range d.list(o.vals["vips"], "vips", "VIPs") {
 		path := index("vips", i)

@@ -9,40 +9,28 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-func (d *decoder) bgp(o *object) *BGP {
+// bgp decodes the top-level bgp section. With a nodes section (fleet),
+// router_id belongs to each node and asn may too.
+func (d *decoder) bgp(o *object, fleet bool) *BGP {
 	b := &BGP{ListenPort: DefaultListenPort, HoldTime: DefaultHoldTime, WithdrawGrace: DefaultWithdrawGrace}
 	if v := d.get(o, "asn"); v != nil {
 		b.ASN, _ = d.asn(v, "bgp.asn")
-	} else {
+	} else if !fleet {
 		d.missing(o, "asn", "the local AS number, "+wantASN)
 	}
 	if v := d.get(o, "router_id"); v != nil {
-		b.RouterID, _ = d.addr(v, "bgp.router_id", "an IPv4 address", 4, false)
-	} else {
+		if fleet {
+			d.errorf(v, "bgp.router_id", "a router id is per node, and this document has a nodes section that serves every node: move it to nodes.<name>.bgp.router_id")
+		} else {
+			b.RouterID, _ = d.addr(v, "bgp.router_id", "an IPv4 address", 4, false)
+		}
+	} else if !fleet {
 		d.missing(o, "router_id", "an IPv4 address, usually the node's own")
 	}
+	d.bgpNode(o, "bgp", b)
 	if v := d.get(o, "listen_port"); v != nil {
 		p, _ := d.uint(v, "bgp.listen_port", 0, math.MaxUint16, "0..65535; 0 means do not listen")
 		b.ListenPort = int32(p)
-	}
-	if v := d.get(o, "listen_addresses"); v != nil {
-		seen := map[netip.Addr]site{}
-		for i, an := range d.list(v, "bgp.listen_addresses", "addresses") {
-			path := index("bgp.listen_addresses", i)
-			a, ok := d.addr(an, path, "a local "+addrWords, 0, false)
-			if !ok {
-				continue
-			}
-			if first, dup := seen[a]; dup {
-				d.errorf(an, path, "%v is listed twice (first at %v)", a, first)
-				continue
-			}
-			seen[a] = site{path, an}
-			b.ListenAddresses = append(b.ListenAddresses, a)
-		}
-		if len(b.ListenAddresses) > 0 && b.ListenPort == 0 {
-			d.errorf(v, "bgp.listen_addresses", "set, but listen_port is 0 (do not listen): drop one of them")
-		}
 	}
 	if v := d.get(o, "hold_time"); v != nil {
 		if t, ok := d.duration(v, "bgp.hold_time", 0, math.MaxUint16*time.Second); ok {
@@ -59,21 +47,55 @@ func (d *decoder) bgp(o *object) *BGP {
 	if v := d.get(o, "withdraw_grace"); v != nil {
 		b.WithdrawGrace, _ = d.duration(v, "bgp.withdraw_grace", 0, time.Hour)
 	}
+	if len(b.ListenAddresses) > 0 && b.ListenPort == 0 {
+		d.errorf(o.vals["listen_addresses"], "bgp.listen_addresses", "set, but listen_port is 0 (do not listen): drop one of them")
+	}
+	return b
+}
+
+func (d *decoder) asn(n *yaml.Node, path string) (uint32, bool) {
+	v, ok := d.uint(n, path, 1, math.MaxUint32, wantASN)
+	if ok && v == 23456 {
+		d.errorf(n, path, "23456 is AS_TRANS, reserved for 2-byte-only speakers (RFC 6793); use the real AS number")
+		return 0, false
+	}
+	return uint32(v), ok
+}
+
+// bgpNode decodes the keys a node may set for itself (nodeBGPKeys) into
+// b, with paths under p.
+func (d *decoder) bgpNode(o *object, p string, b *BGP) {
+	if v := d.get(o, "listen_addresses"); v != nil {
+		seen := map[netip.Addr]site{}
+		for i, an := range d.list(v, join(p, "listen_addresses"), "addresses") {
+			path := index(join(p, "listen_addresses"), i)
+			a, ok := d.addr(an, path, "a local "+addrWords, 0, false)
+			if !ok {
+				continue
+			}
+			if first, dup := seen[a]; dup {
+				d.errorf(an, path, "%v is listed twice (first at %v)", a, first)
+				continue
+			}
+			seen[a] = site{path, an}
+			b.ListenAddresses = append(b.ListenAddresses, a)
+		}
+	}
 	if v := d.get(o, "next_hop"); v != nil {
-		b.NextHop, _ = d.addr(v, "bgp.next_hop", wantAddr, 0, false)
+		b.NextHop, _ = d.addr(v, join(p, "next_hop"), wantAddr, 0, false)
 		if b.NextHop.IsValid() && !b.NextHop.Is4() {
-			d.errorf(v, "bgp.next_hop", "%s is not an IPv4 address (next_hop is for IPv4 VIPs; use next_hop6 for IPv6 ones)", b.NextHop)
+			d.errorf(v, join(p, "next_hop"), "%s is not an IPv4 address (next_hop is for IPv4 VIPs; use next_hop6 for IPv6 ones)", b.NextHop)
 		}
 	}
 	if v := d.get(o, "next_hop6"); v != nil {
-		b.NextHop6, _ = d.addr(v, "bgp.next_hop6", wantAddr, 0, false)
+		b.NextHop6, _ = d.addr(v, join(p, "next_hop6"), wantAddr, 0, false)
 		if b.NextHop6.IsValid() && !b.NextHop6.Is6() {
-			d.errorf(v, "bgp.next_hop6", "%s is not an IPv6 address (next_hop6 is the next hop of IPv6 VIPs)", b.NextHop6)
+			d.errorf(v, join(p, "next_hop6"), "%s is not an IPv6 address (next_hop6 is the next hop of IPv6 VIPs)", b.NextHop6)
 		}
 	}
 	seen := map[netip.Addr]site{}
-	for i, pn := range d.list(o.vals["peers"], "bgp.peers", "peers") {
-		path := index("bgp.peers", i)
+	for i, pn := range d.list(o.vals["peers"], join(p, "peers"), "peers") {
+		path := index(join(p, "peers"), i)
 		po := d.object(pn, path, peerKeys)
 		if po == nil {
 			if r := d.deref(pn); isNull(r) && !d.over {
@@ -123,14 +145,4 @@ func (d *decoder) bgp(o *object) *BGP {
 		}
 		b.Peers = append(b.Peers, p)
 	}
-	return b
-}
-
-func (d *decoder) asn(n *yaml.Node, path string) (uint32, bool) {
-	v, ok := d.uint(n, path, 1, math.MaxUint32, wantASN)
-	if ok && v == 23456 {
-		d.errorf(n, path, "23456 is AS_TRANS, reserved for 2-byte-only speakers (RFC 6793); use the real AS number")
-		return 0, false
-	}
-	return uint32(v), ok
 }

@@ -56,6 +56,7 @@ type Checker interface {
 // the running snapshot) and publishes the result as one snapshot; BGP is
 // told only when a VIP address becomes servable or stops being.
 type Controller struct {
+	node     string
 	rules    *flow.Rules
 	checker  Checker
 	announce Announcer // may be nil (no BGP)
@@ -89,6 +90,9 @@ type Controller struct {
 
 // ControllerConfig wires a Controller.
 type ControllerConfig struct {
+	// Node is the Mux's name: which node of a fleet document it is
+	// (control.Document.ForNode); "" for per-node documents.
+	Node      string
 	Rules     *flow.Rules
 	Checker   Checker
 	Announcer Announcer
@@ -109,7 +113,7 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Controller{rules: cfg.Rules, checker: cfg.Checker, announce: cfg.Announcer,
+	return &Controller{node: cfg.Node, rules: cfg.Rules, checker: cfg.Checker, announce: cfg.Announcer,
 		steering: cfg.Steering, log: cfg.Logger, external: cfg.ExternalHealth}, nil
 }
 
@@ -149,7 +153,11 @@ func (c *Controller) Plan() *Plan {
 func (c *Controller) Apply(doc *control.Document) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	plan, err := NewPlan(doc)
+	doc, err := doc.ForNode(c.node)
+	if err != nil {
+		return fmt.Errorf("mux: version %d: %w", doc.Version, err)
+	}
+	plan, err := NewPlan(doc, c.node)
 	if err != nil {
 		return fmt.Errorf("mux: version %d: %w", doc.Version, err)
 	}

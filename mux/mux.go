@@ -88,6 +88,10 @@ import (
 type Config struct {
 	// Interface is the uplink: VIP traffic arrives and VXLAN leaves there.
 	Interface string
+	// Node is the Mux's name: which node of a fleet document's nodes
+	// section it is (control.Document.ForNode). "" runs per-node
+	// documents only.
+	Node string
 	// Queues is how many RX queues to serve (0: all of the interface).
 	Queues int
 	// ConfigPath is the desired-state document (YAML), watched for
@@ -206,7 +210,7 @@ func New(cfg Config) (*Mux, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
-	m.ctl, err = NewController(ControllerConfig{Rules: m.rules, Checker: m.checker, Logger: cfg.Logger,
+	m.ctl, err = NewController(ControllerConfig{Node: cfg.Node, Rules: m.rules, Checker: m.checker, Logger: cfg.Logger,
 		ExternalHealth: cfg.ExternalHealth})
 	if err != nil {
 		return nil, err
@@ -343,6 +347,10 @@ func (m *Mux) Run(ctx context.Context) error {
 // counts the refusal (xdplb_config_rejected_total) instead of reporting
 // the new version as applied. Restarting the Mux applies it.
 func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
+	doc, err := doc.ForNode(m.cfg.Node)
+	if err != nil {
+		return err
+	}
 	set, err := guard.NewPrefixes(m.nodeAddrs, filterPrefixes(doc))
 	if err != nil {
 		return err

@@ -16,9 +16,10 @@ import (
 
 // Plan is one document seen from one Mux: everything the Mux will run,
 // computed without I/O or privileges by NewPlan, so that what a Mux would
-// do with a document can be printed, compared and tested. A Mux's document
-// is its own (Document.Node names it), so the node's identity is the
-// document's.
+// do with a document can be printed, compared and tested. One document
+// may serve a whole fleet: NewPlan takes the node's name and reads that
+// node's part of the document (control.Document.ForNode: its BGP router
+// id, peers and addresses).
 //
 // Applying a plan (Controller.Apply) builds the rule snapshot from Rules
 // (with the health states known then), publishes it with the VNI index,
@@ -53,9 +54,15 @@ type Plan struct {
 	Sources []netip.Prefix
 }
 
-// NewPlan returns the plan of doc. It refuses a document that puts one VIP
-// address into two VNIs: a Mux's uplink could not tell them apart.
-func NewPlan(doc *control.Document) (*Plan, error) {
+// NewPlan returns the plan of doc for the Mux named node ("" for a
+// per-node document, which names no other node). It refuses a document
+// that puts one VIP address into two VNIs (a Mux's uplink could not tell
+// them apart), and a fleet document that does not list node.
+func NewPlan(doc *control.Document, node string) (*Plan, error) {
+	doc, err := doc.ForNode(node)
+	if err != nil {
+		return nil, err
+	}
 	p := &Plan{Version: doc.Version, HashSeed: doc.HashSeed, VIPs: doc.VIPs,
 		MaglevMinTableSize: doc.MaglevMinTableSize, VNIs: map[netip.Addr]uint32{},
 		Steering: steerConfig(doc), Probes: targets(doc), BGP: doc.BGP}

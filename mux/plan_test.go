@@ -30,7 +30,7 @@ func exampleDoc(t *testing.T) *control.Document {
 // TestPlanGolden: the plan of the documented example, as text, is the
 // golden one (go test -run TestPlanGolden ./mux/ -update rewrites it).
 func TestPlanGolden(t *testing.T) {
-	p, err := NewPlan(exampleDoc(t))
+	p, err := NewPlan(exampleDoc(t), "")
 	require.NoError(t, err)
 	golden := filepath.Join("testdata", "plan_example.golden")
 	if *updateGolden {
@@ -113,11 +113,11 @@ func TestPlanDiff(t *testing.T) {
 			assert.Empty(t, d.SteerAdded)
 		}},
 	}
-	p0, err := NewPlan(base)
+	p0, err := NewPlan(base, "")
 	require.NoError(t, err)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p1, err := NewPlan(edit(c.edit))
+			p1, err := NewPlan(edit(c.edit), "")
 			require.NoError(t, err)
 			d := p0.Diff(p1)
 			t.Logf("%+v", d)
@@ -138,7 +138,44 @@ func TestPlanRefusesVNIConflict(t *testing.T) {
 	v := doc.VIPs[0]
 	v.Name, v.Port, v.VNI = "other", v.Port+1, v.VNI+1
 	doc.VIPs = append(doc.VIPs, v)
-	_, err := NewPlan(doc)
+	_, err := NewPlan(doc, "")
 	require.Error(t, err)
 	assert.True(t, strings.Contains(err.Error(), doc.VIPs[0].Name) && strings.Contains(err.Error(), "other"), err.Error())
+}
+
+// TestPlanForNode: one fleet document gives each Mux its own BGP speaker
+// and the same everything else; a name the document does not list is
+// refused.
+func TestPlanForNode(t *testing.T) {
+	doc, err := control.Parse([]byte(`version: 1
+bgp:
+  asn: 65010
+nodes:
+  mux-1:
+    bgp: {router_id: 198.18.0.11, peers: [{address: 198.18.0.1, asn: 65000}]}
+  mux-2:
+    bgp: {router_id: 198.18.0.12, peers: [{address: 198.18.0.2, asn: 65000}]}
+vips:
+  - name: web
+    address: 198.18.100.1
+    protocol: tcp
+    port: 80
+    backends:
+      - {name: vm-a, address: 198.19.1.1, mac: "02:00:00:00:01:01", host: 198.19.0.1}
+`))
+	require.NoError(t, err)
+	p1, err := NewPlan(doc, "mux-1")
+	require.NoError(t, err)
+	p2, err := NewPlan(doc, "mux-2")
+	require.NoError(t, err)
+	assert.Equal(t, netip.MustParseAddr("198.18.0.11"), p1.BGP.RouterID)
+	assert.Equal(t, netip.MustParseAddr("198.18.0.2"), p2.BGP.Peers[0].Address)
+	d := p1.Diff(p2)
+	assert.True(t, d.BGP)
+	d.BGP = false
+	assert.True(t, d.Empty(), "only BGP differs between two Muxes: %+v", d)
+	_, err = NewPlan(doc, "mux-3")
+	assert.ErrorIs(t, err, control.ErrUnknownNode)
+	_, err = NewPlan(doc, "")
+	assert.ErrorIs(t, err, control.ErrUnknownNode)
 }

@@ -105,7 +105,7 @@ func newVNIIndexOf(p *Plan) *vniIndex {
 // puts one VIP address into two VNIs: the uplink could not tell them
 // apart.
 func newVNIIndex(doc *control.Document) (*vniIndex, error) {
-	p, err := NewPlan(doc)
+	p, err := NewPlan(doc, "")
 	if err != nil {
 		return nil, err
 	}

@@ -50,6 +50,7 @@ func main() {
 	var (
 		iface     = flag.String("interface", "", "uplink interface (required)")
 		config    = flag.String("config", "", "desired-state document, YAML (required)")
+		nodeName  = flag.String("node", "", "this Mux's name in the document's nodes section (a fleet document); empty for a per-node document")
 		queues    = flag.Int("queues", 0, "RX queues to serve (0: all)")
 		metrics   = flag.String("metrics", "", "address for the Prometheus /metrics endpoint, e.g. :9100 (empty: none)")
 		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
@@ -95,7 +96,7 @@ func main() {
 		doc, err := control.Load(*config)
 		if err == nil {
 			var p *mux.Plan
-			if p, err = mux.NewPlan(doc); err == nil {
+			if p, err = mux.NewPlan(doc, *nodeName); err == nil {
 				fmt.Print(p)
 			}
 		}
@@ -115,7 +116,7 @@ func main() {
 		os.Stdout.Write(out)
 		return
 	}
-	cfg := mux.Config{Interface: *iface, ConfigPath: *config, Queues: *queues, Logger: log, IdleSpins: *spins}
+	cfg := mux.Config{Node: *nodeName, Interface: *iface, ConfigPath: *config, Queues: *queues, Logger: log, IdleSpins: *spins}
 	cfg.OnForwarding = node.DropAfterSetup(log, "mux", *keepCaps, node.MuxCaps)
 	cfg.Conns.Capacity = *conns
 	cfg.VIPShare = *vipShare
