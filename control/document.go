@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/xdplb/xdplb/flow"
