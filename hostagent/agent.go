@@ -36,8 +36,11 @@ type Config struct {
 	// address. Empty means the document's node.name.
 	Host string
 	// ConfigPath is the desired-state document (YAML), watched for
-	// changes; Reload re-reads it (SIGHUP).
+	// changes; Reload re-reads it (SIGHUP). Used when Source is nil.
 	ConfigPath string
+	// Source, when set, is where the document comes from instead of
+	// ConfigPath: e.g. the fleet's etcd (package fleet).
+	Source control.Source
 	// Workers is how many workers to run; 0 means as many as the
 	// interface with the fewest queues (uplink or VM port) has, which is
 	// also the most: each worker owns a transmit socket on every
@@ -97,7 +100,7 @@ type Agent struct {
 	table     *nat.Table
 	endpoints encap.EndpointTable
 	snapshot  atomic.Pointer[agentSnapshot] // the workers' (publish)
-	watcher   *control.Watcher
+	watcher   control.Source
 	rebuild   chan *rebuild // a document changes the data path's structure: to Run
 	runDone   chan struct{} // closed when Run returns (doneOnce)
 	doneOnce  sync.Once
@@ -124,8 +127,8 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Uplink == "" {
 		return nil, errors.New("hostagent: Config.Uplink is empty")
 	}
-	if cfg.ConfigPath == "" {
-		return nil, errors.New("hostagent: Config.ConfigPath is empty")
+	if cfg.ConfigPath == "" && cfg.Source == nil {
+		return nil, errors.New("hostagent: Config.ConfigPath is empty (and no Config.Source)")
 	}
 	if cfg.Workers < 0 {
 		return nil, errors.New("hostagent: Config.Workers must not be negative")
@@ -152,7 +155,10 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
-	a.watcher = control.NewWatcher(cfg.ConfigPath, control.WatcherOptions{Logger: cfg.Logger})
+	a.watcher = cfg.Source
+	if a.watcher == nil {
+		a.watcher = control.NewWatcher(cfg.ConfigPath, control.WatcherOptions{Logger: cfg.Logger})
+	}
 	return a, nil
 }
 
@@ -180,7 +186,7 @@ func (a *Agent) probeDIPs(plan *Plan) {
 // Reload re-reads the document (what SIGHUP does).
 func (a *Agent) Reload() { a.watcher.Reload() }
 
-// Status returns the document watcher's status (version, errors).
+// Status returns the document source's status (version, errors).
 func (a *Agent) Status() control.Status { return a.watcher.Status() }
 
 // Plan returns the plan of the running document (nil before the first).

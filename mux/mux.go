@@ -95,8 +95,11 @@ type Config struct {
 	// Queues is how many RX queues to serve (0: all of the interface).
 	Queues int
 	// ConfigPath is the desired-state document (YAML), watched for
-	// changes; Reload re-reads it (SIGHUP).
+	// changes; Reload re-reads it (SIGHUP). Used when Source is nil.
 	ConfigPath string
+	// Source, when set, is where the document comes from instead of
+	// ConfigPath: e.g. the fleet's etcd (package fleet).
+	Source control.Source
 	// Port is the template of every AF_XDP port (Ring, Mode, NumFrames,
 	// ring sizes); Interface, Queue and Name are set per queue.
 	Port afxdp.Config
@@ -149,7 +152,7 @@ type Mux struct {
 	conns   *flow.ConnTable
 	checker *health.Checker
 	ctl     *Controller
-	watcher *control.Watcher
+	watcher control.Source
 
 	mu        sync.Mutex
 	resolver  *nexthop.Resolver // set by Run
@@ -182,8 +185,8 @@ func New(cfg Config) (*Mux, error) {
 	if cfg.Interface == "" {
 		return nil, errors.New("mux: Config.Interface is empty")
 	}
-	if cfg.ConfigPath == "" {
-		return nil, errors.New("mux: Config.ConfigPath is empty")
+	if cfg.ConfigPath == "" && cfg.Source == nil {
+		return nil, errors.New("mux: Config.ConfigPath is empty (and no Config.Source)")
 	}
 	if cfg.Queues < 0 {
 		return nil, errors.New("mux: Config.Queues must not be negative")
@@ -215,7 +218,10 @@ func New(cfg Config) (*Mux, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.watcher = control.NewWatcher(cfg.ConfigPath, control.WatcherOptions{Logger: cfg.Logger})
+	m.watcher = cfg.Source
+	if m.watcher == nil {
+		m.watcher = control.NewWatcher(cfg.ConfigPath, control.WatcherOptions{Logger: cfg.Logger})
+	}
 	return m, nil
 }
 
@@ -231,7 +237,7 @@ func (m *Mux) Rules() *flow.Rules { return m.rules }
 // Conns returns the connection table.
 func (m *Mux) Conns() *flow.ConnTable { return m.conns }
 
-// Status returns the document watcher's status (version, errors).
+// Status returns the document source's status (version, errors).
 func (m *Mux) Status() control.Status { return m.watcher.Status() }
 
 // Run runs the Mux until ctx is done, then shuts down in order: withdraw
