@@ -1,7 +1,6 @@
 package control
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,10 +61,10 @@ const (
 // Reasons lists every Reason value.
 var Reasons = []string{ReasonUnreadable, ReasonInvalid, ReasonStale, ReasonConflict, ReasonApply}
 
-// Status is what a Watcher runs and what went wrong last; see
+// Status is what a Source runs and what went wrong last; see
 // Watcher.Status.
 type Status struct {
-	// Path is the watched file.
+	// Path is the watched file, or the store's key.
 	Path string
 	// Version is the running version; 0 before the first apply.
 	Version uint64
@@ -74,6 +72,12 @@ type Status struct {
 	Written time.Time
 	// AppliedAt is when the running version was applied.
 	AppliedAt time.Time
+	// Revision is the store's revision of the running document (etcd's
+	// ModRevision; see Origin); 0 for a file.
+	Revision int64
+	// Committed is when the running document was committed to the store,
+	// as its writer recorded it; zero for a file.
+	Committed time.Time
 	// LastError is why the last document read was not applied (unreadable,
 	// invalid, not a newer version, or apply failed); nil once a later
 	// version is applied or the file again holds the running document.
@@ -86,14 +90,20 @@ type Status struct {
 	Applied, Rejected uint64
 }
 
-// SyncDelay is AppliedAt − Written: how long the running version took from
-// being written to being applied here (0 when the document has no Written
-// time). Clocks of the writer and the node must agree for it to mean much.
+// SyncDelay is how long the running version took from being committed to
+// the store (Committed) — or, from a file, from being written (the
+// document's Written) — to being applied here (AppliedAt); 0 when neither
+// is known. Clocks of the writer and the node must agree for it to mean
+// much.
 func (s Status) SyncDelay() time.Duration {
-	if s.Written.IsZero() || s.AppliedAt.IsZero() {
+	from := s.Committed
+	if from.IsZero() {
+		from = s.Written
+	}
+	if from.IsZero() || s.AppliedAt.IsZero() {
 		return 0
 	}
-	return s.AppliedAt.Sub(s.Written)
+	return s.AppliedAt.Sub(from)
 }
 
 // Watcher keeps a node on the newest valid version of a document file.
@@ -132,16 +142,13 @@ type Watcher struct {
 	ready   chan struct{} // closed once the first document is applied
 	running atomic.Bool
 
-	mu  sync.Mutex
-	st  Status
-	doc *Document
+	t *Tracker
 
 	// Owned by Run's goroutine.
-	seen, applied [sha256.Size]byte
-	seenOK        bool
-	appliedText   []byte      // the running document, marshalled
-	onRead        func(n int) // tests: called after each read of n bytes
-	noEvents      bool        // tests: a file system that reports no changes
+	seen     [sha256.Size]byte
+	seenOK   bool
+	onRead   func(n int) // tests: called after each read of n bytes
+	noEvents bool        // tests: a file system that reports no changes
 }
 
 // NewWatcher returns a Watcher of the document file at path. Nothing
@@ -164,7 +171,7 @@ func NewWatcher(path string, opts WatcherOptions) *Watcher {
 		clock:  realClock{},
 		reload: make(chan struct{}, 1),
 		ready:  make(chan struct{}),
-		st:     Status{Path: path},
+		t:      NewTracker(path, "the file", log.With("path", path)),
 	}
 }
 
@@ -179,18 +186,10 @@ func (w *Watcher) Reload() {
 }
 
 // Status returns the Watcher's current status.
-func (w *Watcher) Status() Status {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.st
-}
+func (w *Watcher) Status() Status { return w.t.Status() }
 
 // Document returns the running document, or nil before the first apply.
-func (w *Watcher) Document() *Document {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.doc
-}
+func (w *Watcher) Document() *Document { return w.t.Document() }
 
 // Ready is closed once Run has applied the first document. A node starts
 // Run on its own goroutine and waits for Ready (or for Run to return the
@@ -410,80 +409,14 @@ func (w *Watcher) followLink(fw *fsnotify.Watcher, watched map[string]bool, dir 
 func (w *Watcher) check(s snapshot, apply func(*Document) error, force bool) (bool, error) {
 	if s.err != nil {
 		w.seenOK = false // whatever comes back next is news
-		w.refuse(s.err, ReasonUnreadable)
+		w.t.Refuse(s.err, ReasonUnreadable)
 		return false, s.err
 	}
 	if !force && w.seenOK && s.sum == w.seen {
 		return false, nil
 	}
 	w.seen, w.seenOK = s.sum, true
-	doc, err := parse(w.path, s.data)
-	if err != nil {
-		w.refuse(err, ReasonInvalid)
-		return false, err
-	}
-	text, _ := doc.Marshal() // nil on failure: then it differs
-	if cur := w.Document(); cur != nil && doc.Version <= cur.Version {
-		if doc.Version == cur.Version && (s.sum == w.applied || (text != nil && bytes.Equal(text, w.appliedText))) {
-			// What runs (say, a bad edit reverted, or only comments
-			// changed): nothing to do, and nothing wrong any more.
-			w.log.Info("control: file holds the running version", "version", cur.Version)
-			w.mu.Lock()
-			w.st.LastError, w.st.Reason, w.st.LastErrorAt = nil, "", time.Time{}
-			w.mu.Unlock()
-			return false, nil
-		}
-		if doc.Version == cur.Version {
-			err := fmt.Errorf("%w: the file has version %d, the version this node runs, but says something else; "+
-				"keeping what runs: write the change with a higher version",
-				ErrVersionConflict, doc.Version)
-			w.refuse(err, ReasonConflict)
-			return false, err
-		}
-		err := fmt.Errorf("%w: the file has version %d and the node runs %d; bump version to apply the change",
-			ErrStaleVersion, doc.Version, cur.Version)
-		w.refuse(err, ReasonStale)
-		return false, err
-	}
-	if err := apply(doc); err != nil {
-		err = fmt.Errorf("control: apply version %d: %w", doc.Version, err)
-		w.refuse(err, ReasonApply)
-		return false, err
-	}
-	w.applied, w.appliedText = s.sum, text
-	now := time.Now()
-	w.mu.Lock()
-	w.doc = doc
-	w.st.Version, w.st.Written, w.st.AppliedAt = doc.Version, doc.Written, now
-	w.st.LastError, w.st.Reason, w.st.LastErrorAt = nil, "", time.Time{}
-	w.st.Applied++
-	st := w.st
-	w.mu.Unlock()
-	attrs := []any{"version", doc.Version, "vips", len(doc.VIPs)}
-	if !doc.Written.IsZero() {
-		attrs = append(attrs, "sync_delay", st.SyncDelay())
-	}
-	w.log.Info("control: applied", attrs...)
-	return true, nil
-}
-
-// refuse records and logs why the file was not applied.
-func (w *Watcher) refuse(err error, reason string) {
-	w.mu.Lock()
-	w.st.LastError, w.st.Reason, w.st.LastErrorAt = err, reason, time.Now()
-	w.st.Rejected++
-	version := w.st.Version
-	w.mu.Unlock()
-	var j interface{ Unwrap() []error }
-	if errors.Is(err, ErrInvalid) && errors.As(err, &j) {
-		problems := j.Unwrap()
-		w.log.Error("control: invalid document, keeping the running version", "running", version, "problems", len(problems))
-		for _, p := range problems {
-			w.log.Error("control: " + p.Error())
-		}
-		return
-	}
-	w.log.Error("control: not applied, keeping the running version", "running", version, "reason", reason, "error", err)
+	return w.t.Offer(s.data, Origin{}, apply)
 }
 
 // clock makes the Watcher's timers; tests replace it.

@@ -1,0 +1,165 @@
+package control
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Origin says where a document text came from, beyond its content: the
+// store's revision and commit time when the store keeps them (etcd), zero
+// for a file.
+type Origin struct {
+	// Revision is the store's revision of the text (etcd's ModRevision);
+	// a Tracker refuses a text of a lower revision than the running
+	// one's, whatever its version, so a node never goes backwards in the
+	// store's history (say, a store restored from an old backup).
+	Revision int64
+	// Committed is when the text was committed to the store, as the
+	// writer recorded it; zero if unknown.
+	Committed time.Time
+}
+
+// A Tracker applies the document texts a Source reads by the rules every
+// Source follows, and keeps the Source's Status: a text is parsed and
+// validated, applied only if its version is above the running one's,
+// and anything else — invalid, stale, the running version saying
+// something else, refused by apply — keeps the running version, is
+// logged with the reason and recorded in Status. A text that holds the
+// running document (even reformatted) is not an error. Package fleet's
+// etcd Source and the file Watcher use one.
+//
+// Offer and Refuse are called from the Source's goroutine only; Status
+// and Document from any.
+type Tracker struct {
+	name string // the file, or the store's key, for messages
+	what string // "the file", "etcd", ...: what holds the text, in messages
+	log  *slog.Logger
+
+	mu  sync.Mutex
+	st  Status
+	doc *Document
+
+	// Owned by the Source's goroutine.
+	applied     [sha256.Size]byte
+	appliedText []byte // the running document, marshalled
+}
+
+// NewTracker returns a Tracker of the document at name (a path or a key),
+// which messages call what ("the file", "etcd").
+func NewTracker(name, what string, log *slog.Logger) *Tracker {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Tracker{name: name, what: what, log: log, st: Status{Path: name}}
+}
+
+// Status returns the current status.
+func (t *Tracker) Status() Status {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.st
+}
+
+// Document returns the running document, or nil before the first apply.
+func (t *Tracker) Document() *Document {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.doc
+}
+
+// Offer parses data and applies it if it is a valid newer version. It
+// reports whether it applied a document, and why not when it refused one.
+func (t *Tracker) Offer(data []byte, o Origin, apply func(*Document) error) (bool, error) {
+	sum := sha256.Sum256(data)
+	doc, err := parse(t.name, data)
+	if err != nil {
+		t.Refuse(err, ReasonInvalid)
+		return false, err
+	}
+	text, _ := doc.Marshal() // nil on failure: then it differs
+	cur := t.Document()
+	if cur != nil {
+		st := t.Status()
+		if o.Revision != 0 && o.Revision < st.Revision {
+			err := fmt.Errorf("%w: %s holds revision %d (version %d), older than the running revision %d (version %d): "+
+				"the store went back in its history; keeping what runs",
+				ErrStaleVersion, t.what, o.Revision, doc.Version, st.Revision, cur.Version)
+			t.Refuse(err, ReasonStale)
+			return false, err
+		}
+	}
+	if cur != nil && doc.Version <= cur.Version {
+		if doc.Version == cur.Version && (sum == t.applied || (text != nil && bytes.Equal(text, t.appliedText))) {
+			// What runs (say, a bad edit reverted, or only comments
+			// changed): nothing to do, and nothing wrong any more.
+			t.log.Info("control: "+t.what+" holds the running version", "version", cur.Version)
+			t.mu.Lock()
+			t.st.LastError, t.st.Reason, t.st.LastErrorAt = nil, "", time.Time{}
+			if o.Revision > t.st.Revision {
+				t.st.Revision = o.Revision
+			}
+			t.mu.Unlock()
+			return false, nil
+		}
+		if doc.Version == cur.Version {
+			err := fmt.Errorf("%w: %s has version %d, the version this node runs, but says something else; "+
+				"keeping what runs: write the change with a higher version",
+				ErrVersionConflict, t.what, doc.Version)
+			t.Refuse(err, ReasonConflict)
+			return false, err
+		}
+		err := fmt.Errorf("%w: %s has version %d and the node runs %d; bump version to apply the change",
+			ErrStaleVersion, t.what, doc.Version, cur.Version)
+		t.Refuse(err, ReasonStale)
+		return false, err
+	}
+	if err := apply(doc); err != nil {
+		err = fmt.Errorf("control: apply version %d: %w", doc.Version, err)
+		t.Refuse(err, ReasonApply)
+		return false, err
+	}
+	t.applied, t.appliedText = sum, text
+	now := time.Now()
+	t.mu.Lock()
+	t.doc = doc
+	t.st.Version, t.st.Written, t.st.AppliedAt = doc.Version, doc.Written, now
+	t.st.Revision, t.st.Committed = o.Revision, o.Committed
+	t.st.LastError, t.st.Reason, t.st.LastErrorAt = nil, "", time.Time{}
+	t.st.Applied++
+	st := t.st
+	t.mu.Unlock()
+	attrs := []any{"version", doc.Version, "vips", len(doc.VIPs)}
+	if o.Revision != 0 {
+		attrs = append(attrs, "revision", o.Revision)
+	}
+	if d := st.SyncDelay(); d != 0 {
+		attrs = append(attrs, "sync_delay", d)
+	}
+	t.log.Info("control: applied", attrs...)
+	return true, nil
+}
+
+// Refuse records and logs why what the Source read was not applied
+// (reason is one of Reasons).
+func (t *Tracker) Refuse(err error, reason string) {
+	t.mu.Lock()
+	t.st.LastError, t.st.Reason, t.st.LastErrorAt = err, reason, time.Now()
+	t.st.Rejected++
+	version := t.st.Version
+	t.mu.Unlock()
+	var j interface{ Unwrap() []error }
+	if errors.Is(err, ErrInvalid) && errors.As(err, &j) {
+		problems := j.Unwrap()
+		t.log.Error("control: invalid document, keeping the running version", "running", version, "problems", len(problems))
+		for _, p := range problems {
+			t.log.Error("control: " + p.Error())
+		}
+		return
+	}
+	t.log.Error("control: not applied, keeping the running version", "running", version, "reason", reason, "error", err)
+}
