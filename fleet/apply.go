@@ -1,0 +1,91 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/xdplb/xdplb/control"
+)
+
+// ErrConcurrentWrite is returned by Apply when the document changed in
+// etcd between Apply's read and its write: someone else applied first.
+var ErrConcurrentWrite = errors.New("fleet: the document changed in etcd while applying; read it again (xdplbctl diff) and re-apply")
+
+// Stored is the document etcd holds, as Get returns it.
+type Stored struct {
+	Doc      *control.Document // nil when etcd holds no document
+	Text     []byte
+	Revision int64 // the document's ModRevision
+	Commit   Commit
+	// Err is why the stored text does not parse (written by something
+	// other than Apply); Doc is nil then.
+	Err error
+}
+
+// Get reads the fleet's document and its commit record.
+func Get(ctx context.Context, c *clientv3.Client, prefix string) (Stored, error) {
+	k := newKeys(prefix)
+	resp, err := c.Txn(ctx).Then(clientv3.OpGet(k.document()), clientv3.OpGet(k.commit())).Commit()
+	if err != nil {
+		return Stored{}, fmt.Errorf("fleet: read %s: %w", k.document(), err)
+	}
+	var st Stored
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		st.Text, st.Revision = kvs[0].Value, kvs[0].ModRevision
+		st.Doc, st.Err = control.Parse(st.Text)
+	}
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+		st.Commit, _ = decodeCommit(kvs[0].Value)
+	}
+	return st, nil
+}
+
+// Apply writes text, a document that doc is the parse of (the caller
+// parses it, e.g. with control.Load, so errors name its file), as the
+// fleet's document. It refuses a version that is not above the stored
+// one (control.ErrStaleVersion), and writes with a compare-and-swap
+// transaction on the stored revision, so a concurrent Apply makes one of
+// them fail (ErrConcurrentWrite) rather than lose a change. by says who
+// writes (user@host). It returns the revision written.
+func Apply(ctx context.Context, c *clientv3.Client, prefix string, text []byte, doc *control.Document, by string) (int64, error) {
+	if doc == nil {
+		return 0, errors.New("fleet: Apply without a parsed document")
+	}
+	if len(text) > control.MaxDocumentSize {
+		return 0, fmt.Errorf("fleet: document of %d bytes, above the %d-byte limit", len(text), control.MaxDocumentSize)
+	}
+	cur, err := Get(ctx, c, prefix)
+	if err != nil {
+		return 0, err
+	}
+	return applyOn(ctx, c, prefix, cur, text, doc, by)
+}
+
+// applyOn writes text over cur, what Apply read.
+func applyOn(ctx context.Context, c *clientv3.Client, prefix string, cur Stored, text []byte, doc *control.Document, by string) (int64, error) {
+	k := newKeys(prefix)
+	if cur.Doc != nil && doc.Version <= cur.Doc.Version {
+		return 0, fmt.Errorf("%w: version %d is not above the fleet's version %d (revision %d); bump version",
+			control.ErrStaleVersion, doc.Version, cur.Doc.Version, cur.Revision)
+	}
+	commit, _ := json.Marshal(Commit{Version: doc.Version, CommittedAt: time.Now().UTC(), By: by})
+	cmp := clientv3.Compare(clientv3.ModRevision(k.document()), "=", cur.Revision)
+	if cur.Revision == 0 {
+		cmp = clientv3.Compare(clientv3.CreateRevision(k.document()), "=", 0)
+	}
+	resp, err := c.Txn(ctx).If(cmp).
+		Then(clientv3.OpPut(k.document(), string(text)), clientv3.OpPut(k.commit(), string(commit))).
+		Commit()
+	if err != nil {
+		return 0, fmt.Errorf("fleet: write %s: %w", k.document(), err)
+	}
+	if !resp.Succeeded {
+		return 0, ErrConcurrentWrite
+	}
+	return resp.Header.Revision, nil
+}

@@ -1,0 +1,53 @@
+package fleet
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+)
+
+// DefaultPrefix is the etcd key prefix of a fleet when none is given.
+const DefaultPrefix = "/xdplb/"
+
+// Roles a node reports in its status key.
+const (
+	RoleMux       = "mux"
+	RoleHostAgent = "hostagent"
+)
+
+// keys are a fleet's etcd keys under one prefix.
+type keys struct{ prefix string }
+
+func newKeys(prefix string) keys {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return keys{prefix}
+}
+
+func (k keys) document() string { return k.prefix + "document" }
+func (k keys) commit() string   { return k.prefix + "document.commit" }
+func (k keys) statuses() string { return k.prefix + "status/" }
+func (k keys) status(role, name string) string {
+	return k.statuses() + role + "/" + name
+}
+
+// Commit is what the writer of a document records beside it, in the same
+// transaction.
+type Commit struct {
+	Version     uint64    `json:"version"`
+	CommittedAt time.Time `json:"committed_at"`
+	// By says who wrote it (user@host), for status.
+	By string `json:"by,omitempty"`
+}
+
+func decodeCommit(b []byte) (Commit, bool) {
+	var c Commit
+	if err := json.Unmarshal(b, &c); err != nil {
+		return Commit{}, false
+	}
+	return c, true
+}

@@ -1,0 +1,241 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/xdplb/xdplb/control"
+)
+
+// DefaultRetry is how long a Source waits before it reads etcd again
+// after an error (etcd unreachable, a watch cancelled, an apply refused).
+const DefaultRetry = 2 * time.Second
+
+// SourceConfig configures a Source.
+type SourceConfig struct {
+	// Client is the etcd client (required). The Source does not close it.
+	Client *clientv3.Client
+	// Prefix is the fleet's key prefix (default DefaultPrefix).
+	Prefix string
+	// Logger receives what the Source does (nil: slog.Default()).
+	Logger *slog.Logger
+	// Retry is how long to wait before reading again after an error (0:
+	// DefaultRetry).
+	Retry time.Duration
+}
+
+// Source is a control.Source that reads the fleet's document from etcd
+// and watches it. See the package documentation for its rules.
+type Source struct {
+	c       *clientv3.Client
+	k       keys
+	log     *slog.Logger
+	retry   time.Duration
+	t       *control.Tracker
+	reload  chan struct{}
+	ready   chan struct{}
+	running atomic.Bool
+}
+
+var _ control.Source = (*Source)(nil)
+
+// NewSource returns a Source; nothing happens until Run.
+func NewSource(cfg SourceConfig) (*Source, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("fleet: SourceConfig.Client is nil")
+	}
+	k := newKeys(cfg.Prefix)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("key", k.document())
+	if cfg.Retry <= 0 {
+		cfg.Retry = DefaultRetry
+	}
+	return &Source{c: cfg.Client, k: k, log: log, retry: cfg.Retry,
+		t:      control.NewTracker("etcd:"+k.document(), "etcd", log),
+		reload: make(chan struct{}, 1), ready: make(chan struct{})}, nil
+}
+
+// Status returns the running version and what went wrong last.
+func (s *Source) Status() control.Status { return s.t.Status() }
+
+// Document returns the running document, nil before the first apply.
+func (s *Source) Document() *control.Document { return s.t.Document() }
+
+// Ready is closed once Run has applied the first document.
+func (s *Source) Ready() <-chan struct{} { return s.ready }
+
+// Reload asks Run to read the document again; it does not wait.
+func (s *Source) Reload() {
+	select {
+	case s.reload <- struct{}{}:
+	default:
+	}
+}
+
+// Run reads and applies the document, waiting for etcd and for a
+// document to be there, then watches it until ctx is done (then it
+// returns nil). A first document that does not apply (invalid, refused)
+// is an error: a node must not start without a valid configuration. Once
+// running, nothing etcd does stops Run: while etcd is unreachable the
+// node keeps its version, and Run reads the document again when etcd
+// answers.
+func (s *Source) Run(ctx context.Context, apply func(*control.Document) error) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("fleet: Source.Run called twice")
+	}
+	var rev int64
+	for waiting := false; ; {
+		r, found, err := s.read(ctx, apply)
+		if err == nil && found {
+			if s.t.Document() != nil {
+				rev = r
+				break
+			}
+			return fmt.Errorf("fleet: first load: %w", s.t.Status().LastError)
+		}
+		if !waiting {
+			if err != nil {
+				s.log.Warn("fleet: waiting for etcd", "err", err)
+			} else {
+				s.log.Warn("fleet: waiting for a document (write one with xdplbctl apply)")
+			}
+			waiting = true
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("fleet: first load: %w", ctx.Err())
+		case <-time.After(s.retry):
+		}
+	}
+	close(s.ready)
+	for ctx.Err() == nil {
+		rev = s.watch(ctx, rev, apply)
+	}
+	return nil
+}
+
+// read gets the document and its commit record at one revision and
+// offers the document. It returns the store's revision (to watch from),
+// whether a document is there, and an error if etcd did not answer.
+func (s *Source) read(ctx context.Context, apply func(*control.Document) error) (int64, bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := s.c.Txn(rctx).Then(clientv3.OpGet(s.k.document()), clientv3.OpGet(s.k.commit())).Commit()
+	if err != nil {
+		return 0, false, err
+	}
+	docs, commits := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(docs) == 0 {
+		return resp.Header.Revision, false, nil
+	}
+	s.offer(docs[0], commits, apply)
+	return resp.Header.Revision, true, nil
+}
+
+// offer hands a document's text to the Tracker, with its revision and,
+// when the commit record was written with it, its commit time.
+func (s *Source) offer(doc *mvccpb.KeyValue, commits []*mvccpb.KeyValue, apply func(*control.Document) error) {
+	o := control.Origin{Revision: doc.ModRevision}
+	for _, c := range commits {
+		if c.ModRevision == doc.ModRevision {
+			if cm, ok := decodeCommit(c.Value); ok {
+				o.Committed = cm.CommittedAt
+			}
+		}
+	}
+	s.t.Offer(doc.Value, o, apply)
+}
+
+// watch watches the document from revision rev+1 until ctx is done, the
+// watch fails, or a reload or retry is due; it returns the revision seen.
+func (s *Source) watch(ctx context.Context, rev int64, apply func(*control.Document) error) int64 {
+	// WithRequireLeader: a member cut off from its cluster cancels the
+	// watch instead of going quiet, so the client moves to another one.
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := s.c.Watch(wctx, s.k.document(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	var retry <-chan time.Time
+	if s.t.Status().Reason == control.ReasonApply {
+		retry = time.After(s.retry) // a refused apply is tried again
+	}
+	reread := func() int64 {
+		r, _, err := s.read(ctx, apply)
+		if err != nil {
+			s.log.Warn("fleet: etcd read failed; keeping the running version", "err", err)
+			s.pause(ctx)
+			return rev
+		}
+		return r
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return rev
+		case <-s.reload:
+			s.log.Info("fleet: reload requested")
+			return reread()
+		case <-retry:
+			return reread()
+		case resp, ok := <-wch:
+			if !ok {
+				s.pause(ctx)
+				return rev
+			}
+			if err := resp.Err(); err != nil {
+				if errors.Is(err, rpctypes.ErrCompacted) || resp.CompactRevision > 0 {
+					s.log.Info("fleet: watch behind a compaction; reading the document again")
+					return reread()
+				}
+				s.log.Warn("fleet: watch interrupted; keeping the running version", "err", err)
+				s.pause(ctx)
+				return rev
+			}
+			s.events(resp.Events, apply)
+			if resp.Header.Revision > rev {
+				rev = resp.Header.Revision
+			}
+			if retry == nil && s.t.Status().Reason == control.ReasonApply {
+				retry = time.After(s.retry)
+			}
+		}
+	}
+}
+
+// events offers the newest document put among evs (one transaction's
+// events share a revision: the commit record goes with its document).
+func (s *Source) events(evs []*clientv3.Event, apply func(*control.Document) error) {
+	var doc *mvccpb.KeyValue
+	var commits []*mvccpb.KeyValue
+	for _, ev := range evs {
+		key := string(ev.Kv.Key)
+		switch {
+		case key == s.k.document() && ev.Type == clientv3.EventTypeDelete:
+			s.log.Warn("fleet: the document was deleted from etcd; keeping the running version")
+		case key == s.k.document():
+			doc = ev.Kv
+		case key == s.k.commit() && ev.Type == clientv3.EventTypePut:
+			commits = append(commits, ev.Kv)
+		}
+	}
+	if doc != nil {
+		s.offer(doc, commits, apply)
+	}
+}
+
+func (s *Source) pause(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(s.retry):
+	}
+}
