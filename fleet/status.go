@@ -57,7 +57,8 @@ type ReporterConfig struct {
 	Prefix string           // default DefaultPrefix
 	Role   string           // RoleMux, RoleHostAgent
 	Name   string           // the node's name (required)
-	// Status returns what to report; called every Interval and on Poke.
+	// Status returns what to report (Role, Name and Updated are filled
+	// in); called every Interval and on Poke.
 	Status func() NodeStatus
 	// TTL is the lease's time to live: a node gone is a status gone this
 	// long after (default 10s).
@@ -138,7 +139,7 @@ func (r *Reporter) run(ctx context.Context, sess *concurrency.Session, key strin
 	defer tick.Stop()
 	for {
 		st := r.cfg.Status()
-		st.Updated = time.Now().UTC()
+		st.Role, st.Name, st.Updated = r.cfg.Role, r.cfg.Name, time.Now().UTC()
 		b, _ := json.Marshal(st)
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := r.cfg.Client.Put(wctx, key, string(b), clientv3.WithLease(sess.Lease()))
@@ -169,6 +170,8 @@ func sleep(ctx context.Context, d time.Duration) {
 type FleetStatus struct {
 	Document Stored
 	Nodes    []NodeStatus // by role, then name
+	// Health is every DIP verdict the host agents publish.
+	Health map[HealthKey]HealthRecord
 }
 
 // Live counts, per role, the nodes that run version v and all nodes:
@@ -202,6 +205,18 @@ func ReadStatus(ctx context.Context, c *clientv3.Client, prefix string) (FleetSt
 		var ns NodeStatus
 		if json.Unmarshal(kv.Value, &ns) == nil {
 			f.Nodes = append(f.Nodes, ns)
+		}
+	}
+	hr, err := c.Get(ctx, k.healths(), clientv3.WithPrefix())
+	if err != nil {
+		return f, fmt.Errorf("fleet: read %s: %w", k.healths(), err)
+	}
+	f.Health = map[HealthKey]HealthRecord{}
+	for _, kv := range hr.Kvs {
+		hk, ok1 := k.parseHealthKey(string(kv.Key))
+		h, ok2 := decodeHealth(kv.Value)
+		if ok1 && ok2 {
+			f.Health[hk] = h
 		}
 	}
 	slices.SortFunc(f.Nodes, func(a, b NodeStatus) int {

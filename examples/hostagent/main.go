@@ -34,6 +34,7 @@ import (
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/engine/afxdp"
 	"github.com/xdplb/xdplb/engine/steer"
+	"github.com/xdplb/xdplb/fleet"
 	"github.com/xdplb/xdplb/hostagent"
 	"github.com/xdplb/xdplb/internal/node"
 )
@@ -42,7 +43,9 @@ func main() {
 	var (
 		uplink   = flag.String("uplink", "", "uplink interface (required)")
 		host     = flag.String("host", "", "this host's name or address in the document's hosts (default: the document's node.name)")
-		config   = flag.String("config", "", "desired-state document, YAML (required)")
+		config   = flag.String("config", "", "desired-state document, YAML (required without -etcd)")
+		etcd     = flag.String("etcd", "", "etcd endpoints, comma-separated: take the fleet's document from etcd instead of -config, and report this host's status there (needs -host)")
+		etcdPfx  = flag.String("etcd-prefix", fleet.DefaultPrefix, "the fleet's etcd key prefix")
 		workers  = flag.Int("workers", 0, "workers (0: the fewest queues of the uplink and the VM ports)")
 		metrics  = flag.String("metrics", "", "address for the Prometheus /metrics endpoint, e.g. :9101 (empty: none)")
 		logLevel = flag.String("log-level", "info", "debug, info, warn or error")
@@ -64,8 +67,14 @@ func main() {
 		fail(2, "-log-level: %v", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	if *config == "" {
-		fail(2, "-config is required")
+	if *config == "" && *etcd == "" {
+		fail(2, "-config or -etcd is required")
+	}
+	if *etcd != "" && *host == "" {
+		fail(2, "-etcd needs -host: the fleet's document serves every host")
+	}
+	if *etcd != "" && *check {
+		fail(2, "-check reads -config; for the fleet's document use xdplbctl")
 	}
 	extra, err := prefixes(*infra)
 	if err != nil {
@@ -113,7 +122,16 @@ func main() {
 			}
 		}
 	}
-	if err := run(cfg, *metrics, log); err != nil {
+	var fl *node.Fleet
+	if *etcd != "" {
+		var err error
+		if fl, err = node.NewFleet(*etcd, *etcdPfx, fleet.RoleHostAgent, *host, log); err != nil {
+			fail(2, "-etcd: %v", err)
+		}
+		defer fl.Close()
+		cfg.Source = fl.Source
+	}
+	if err := run(cfg, fl, *metrics, log); err != nil {
 		log.Error("hostagent failed", "err", err)
 		os.Exit(1)
 	}
@@ -124,13 +142,20 @@ func fail(code int, format string, args ...any) {
 	os.Exit(code)
 }
 
-func run(cfg hostagent.Config, metricsAddr string, log *slog.Logger) error {
+func run(cfg hostagent.Config, fl *node.Fleet, metricsAddr string, log *slog.Logger) error {
 	a, err := hostagent.New(cfg)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if fl != nil {
+		rctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { fl.Run(rctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		defer fl.SetDataPath("stopped")
+	}
 	node.ReloadOnHUP(log, "hostagent", a.Reload)
 	defer node.ServeMetrics(log, "hostagent", metricsAddr, a.Collector())()
 	err = a.Run(ctx)

@@ -4,6 +4,7 @@
 // packet towards the backend's host.
 //
 //	mux -interface eth0 -config /etc/xdplb/fleet.yaml -metrics :9100
+//	mux -interface eth0 -etcd http://198.18.0.1:2379 -node mux-1
 //
 // Process settings are flags; everything else (VIPs, backends, probes,
 // BGP) is in the document, which is watched for changes and re-read on
@@ -42,6 +43,7 @@ import (
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/engine/afxdp"
 	"github.com/xdplb/xdplb/engine/steer"
+	"github.com/xdplb/xdplb/fleet"
 	"github.com/xdplb/xdplb/internal/node"
 	"github.com/xdplb/xdplb/mux"
 )
@@ -49,7 +51,9 @@ import (
 func main() {
 	var (
 		iface     = flag.String("interface", "", "uplink interface (required)")
-		config    = flag.String("config", "", "desired-state document, YAML (required)")
+		config    = flag.String("config", "", "desired-state document, YAML (required without -etcd)")
+		etcd      = flag.String("etcd", "", "etcd endpoints, comma-separated: take the fleet's document from etcd instead of -config, and report this node's status there")
+		etcdPfx   = flag.String("etcd-prefix", fleet.DefaultPrefix, "the fleet's etcd key prefix")
 		nodeName  = flag.String("node", "", "this Mux's name in the document's nodes section (a fleet document); empty for a per-node document")
 		queues    = flag.Int("queues", 0, "RX queues to serve (0: all)")
 		metrics   = flag.String("metrics", "", "address for the Prometheus /metrics endpoint, e.g. :9100 (empty: none)")
@@ -75,8 +79,12 @@ func main() {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
-	if *config == "" {
-		fmt.Fprintln(os.Stderr, "mux: -config is required")
+	if *config == "" && *etcd == "" {
+		fmt.Fprintln(os.Stderr, "mux: -config or -etcd is required")
+		os.Exit(2)
+	}
+	if *etcd != "" && (*seal || *plan || *check) {
+		fmt.Fprintln(os.Stderr, "mux: -seal, -plan and -check read -config; for the fleet's document use xdplbctl")
 		os.Exit(2)
 	}
 	if *seal {
@@ -129,19 +137,40 @@ func main() {
 		}
 		cfg.ProbeSource = a
 	}
-	if err := run(cfg, *metrics, log); err != nil {
+	var fl *node.Fleet
+	if *etcd != "" {
+		name := *nodeName
+		if name == "" {
+			name, _ = os.Hostname()
+		}
+		var err error
+		if fl, err = node.NewFleet(*etcd, *etcdPfx, fleet.RoleMux, name, log); err != nil {
+			fmt.Fprintf(os.Stderr, "mux: -etcd: %v\n", err)
+			os.Exit(2)
+		}
+		defer fl.Close()
+		cfg.Source = fl.Source
+	}
+	if err := run(cfg, fl, *metrics, log); err != nil {
 		log.Error("mux failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(cfg mux.Config, metricsAddr string, log *slog.Logger) error {
+func run(cfg mux.Config, fl *node.Fleet, metricsAddr string, log *slog.Logger) error {
 	m, err := mux.New(cfg)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if fl != nil {
+		rctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { fl.Run(rctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		defer fl.SetDataPath("stopped")
+	}
 	node.ReloadOnHUP(log, "mux", m.Reload)
 	defer node.ServeMetrics(log, "mux", metricsAddr, m.Collector())()
 	err = m.Run(ctx)

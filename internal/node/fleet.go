@@ -1,0 +1,113 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/xdplb/xdplb/control"
+	"github.com/xdplb/xdplb/fleet"
+)
+
+// Fleet connects a node binary to its fleet's etcd: the document comes
+// from there (Source) and the node's status goes there (Run).
+type Fleet struct {
+	Client *clientv3.Client
+	Source *fleet.Source
+	role   string
+	name   string
+	log    *slog.Logger
+	rep    *fleet.Reporter
+
+	mu    sync.Mutex
+	state string
+}
+
+// NewFleet connects to the etcd endpoints (comma-separated, e.g.
+// "http://198.18.0.1:2379" or "unix:///run/etcd.sock") under prefix, for
+// the node of role and name. It does not wait for etcd: the Source does.
+func NewFleet(endpoints, prefix, role, name string, log *slog.Logger) (*Fleet, error) {
+	var eps []string
+	for _, e := range strings.Split(endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	if len(eps) == 0 {
+		return nil, fmt.Errorf("no etcd endpoints in %q", endpoints)
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("etcd %s: %w", endpoints, err)
+	}
+	src, err := fleet.NewSource(fleet.SourceConfig{Client: c, Prefix: prefix, Logger: log})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	f := &Fleet{Client: c, Source: src, role: role, name: name, log: log, state: "starting"}
+	f.rep, err = fleet.NewReporter(fleet.ReporterConfig{Client: c, Prefix: prefix, Role: role, Name: name,
+		Logger: log, Status: f.status})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func (f *Fleet) status() fleet.NodeStatus {
+	f.mu.Lock()
+	state := f.state
+	f.mu.Unlock()
+	return fleet.StatusOf(f.role, f.name, f.Source.Status(), state)
+}
+
+// SetDataPath sets the data path state the node reports ("running",
+// "stopping", "down: ...") and writes the status at once.
+func (f *Fleet) SetDataPath(state string) {
+	f.mu.Lock()
+	f.state = state
+	f.mu.Unlock()
+	f.rep.Poke()
+}
+
+// Run reports the node's status until ctx is done (then removes it),
+// marking the data path running once the first document is applied.
+func (f *Fleet) Run(ctx context.Context) error {
+	go func() {
+		select {
+		case <-f.Source.Ready():
+			f.SetDataPath("running")
+		case <-ctx.Done():
+		}
+	}()
+	// Write the status on every change of what the Source runs.
+	go func() {
+		var last control.Status
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				st := f.Source.Status()
+				if st.Version != last.Version || st.Rejected != last.Rejected || (st.LastError == nil) != (last.LastError == nil) {
+					last = st
+					f.rep.Poke()
+				}
+			}
+		}
+	}()
+	return f.rep.Run(ctx)
+}
+
+// Close closes the etcd client.
+func (f *Fleet) Close() { f.Client.Close() }
