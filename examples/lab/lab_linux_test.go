@@ -43,5 +43,7 @@ func TestLabRuns(t *testing.T) {
 		n, _ := strconv.Atoi(m[1])
 		require.Positive(t, n, "%s served connections", vm.Name)
 	}
+	// The fleet ran from the lab's etcd: every node reports version 1.
+	require.Contains(t, string(out), "the fleet as etcd shows it (xdplbctl status): version 1: 2/2 Muxes, 2/2 hosts")
 	require.Empty(t, netlab.Leftovers(labPrefix), "namespaces left behind")
 }

@@ -55,9 +55,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/xdplb/xdplb/control"
+	"github.com/xdplb/xdplb/fleet"
 	"github.com/xdplb/xdplb/hostagent"
 	"github.com/xdplb/xdplb/internal/lab/fleetlab"
 	"github.com/xdplb/xdplb/internal/lab/netlab"
+	"github.com/xdplb/xdplb/internal/node"
 	"github.com/xdplb/xdplb/mux"
 )
 
@@ -68,6 +71,9 @@ func main() {
 		duration = flag.Duration("duration", 10*time.Second, "how long to send traffic")
 		conns    = flag.Int("conns", 32, "concurrent HTTP connections (over both clients)")
 		keep     = flag.Bool("keep", false, "keep the topology after the traffic, until Ctrl-C")
+		ctlMode  = flag.String("control", "etcd", "where the nodes take the document from: etcd (an embedded etcd, one document for the fleet) or file (a file per Mux and one for the hosts)")
+		etcdEPs  = flag.String("etcd", "", "internal (-role): etcd endpoints")
+		nodeName = flag.String("node", "", "internal (-role mux): the Mux's name")
 		role     = flag.String("role", "", "internal: run as mux or hostagent inside a namespace")
 		ifname   = flag.String("interface", "up", "internal (-role): the uplink")
 		config   = flag.String("config", "", "internal (-role): the document")
@@ -76,7 +82,7 @@ func main() {
 	)
 	flag.Parse()
 	if *role != "" {
-		if err := runRole(*role, *ifname, *config, *host, *metricsA); err != nil {
+		if err := runRole(*role, *ifname, *config, *host, *nodeName, *etcdEPs, *metricsA); err != nil {
 			fmt.Fprintf(os.Stderr, "lab %s: %v\n", *role, err)
 			os.Exit(1)
 		}
@@ -86,19 +92,23 @@ func main() {
 		fmt.Fprintln(os.Stderr, "lab: run as root (network namespaces, XDP and AF_XDP need it)")
 		os.Exit(2)
 	}
+	if *ctlMode != "etcd" && *ctlMode != "file" {
+		fmt.Fprintln(os.Stderr, "lab: -control must be etcd or file")
+		os.Exit(2)
+	}
 	if *conns < 1 || *duration <= 0 {
 		fmt.Fprintln(os.Stderr, "lab: -conns must be at least 1 and -duration positive")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *duration, *conns, *keep); err != nil {
+	if err := run(ctx, *duration, *conns, *keep, *ctlMode == "etcd"); err != nil {
 		fmt.Fprintln(os.Stderr, "lab:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, duration time.Duration, conns int, keep bool) (err error) {
+func run(ctx context.Context, duration time.Duration, conns int, keep, useEtcd bool) (err error) {
 	_ = netlab.CleanupStale(labPrefix) // what a killed earlier run left
 	lab, err := netlab.NewStandalone(labPrefix)
 	if err != nil {
@@ -137,24 +147,45 @@ func run(ctx context.Context, duration time.Duration, conns int, keep bool) (err
 	if err != nil {
 		return err
 	}
-	hostDoc, err := t.writeDocument(0)
-	if err != nil {
-		return err
+	// Where each node takes its document from: the fleet's one document
+	// in etcd, or files.
+	muxSource := func(i int) ([]string, error) {
+		if useEtcd {
+			return []string{"-etcd", t.etcdEndpoint(), "-node", fmt.Sprintf("mux%d", i)}, nil
+		}
+		doc, err := t.writeDocument(i)
+		return []string{"-config", doc}, err
+	}
+	hostSource := func() ([]string, error) {
+		if useEtcd {
+			return []string{"-etcd", t.etcdEndpoint()}, nil
+		}
+		doc, err := t.writeDocument(0)
+		return []string{"-config", doc}, err
+	}
+	if useEtcd {
+		if err := t.startEtcd(ctx); err != nil {
+			return err
+		}
+		defer t.stopEtcd()
 	}
 	for i, n := range t.Muxes {
-		doc, err := t.writeDocument(i + 1)
+		src, err := muxSource(i + 1)
 		if err != nil {
 			return err
 		}
-		if err := t.start(fmt.Sprintf("mux%d", i+1), n, self, "-role", "mux", "-interface", "up",
-			"-config", doc, "-metrics", net.JoinHostPort(muxAddr(i+1), strconv.Itoa(metrics))); err != nil {
+		if err := t.start(fmt.Sprintf("mux%d", i+1), n, self, append([]string{"-role", "mux", "-interface", "up",
+			"-metrics", net.JoinHostPort(muxAddr(i+1), strconv.Itoa(metrics))}, src...)...); err != nil {
 			return err
 		}
 	}
 	for j, n := range t.Hosts {
-		if err := t.start(fmt.Sprintf("host%d", j+1), n, self, "-role", "hostagent", "-interface", "up",
-			"-host", fmt.Sprintf("host%d", j+1), "-config", hostDoc,
-			"-metrics", net.JoinHostPort(hostAddr(j+1), strconv.Itoa(metrics))); err != nil {
+		src, err := hostSource()
+		if err != nil {
+			return err
+		}
+		if err := t.start(fmt.Sprintf("host%d", j+1), n, self, append([]string{"-role", "hostagent", "-interface", "up",
+			"-host", fmt.Sprintf("host%d", j+1), "-metrics", net.JoinHostPort(hostAddr(j+1), strconv.Itoa(metrics))}, src...)...); err != nil {
 			return err
 		}
 	}
@@ -171,6 +202,9 @@ func run(ctx context.Context, duration time.Duration, conns int, keep bool) (err
 	}
 	after := scrapeAll(t)
 	report(t, res, before, after, conns)
+	if useEtcd {
+		t.fleetStatus(ctx)
+	}
 
 	if keep && ctx.Err() == nil {
 		fmt.Println("\nthe topology stays up until Ctrl-C; for instance:")
@@ -178,6 +212,9 @@ func run(ctx context.Context, duration time.Duration, conns int, keep bool) (err
 		fmt.Printf("  ip netns exec %s curl -s 'http://[%s]/'\n", t.Clients[0].Name(), vip6)
 		fmt.Printf("  ip netns exec %s ip route show %s\n", t.Router.Name(), vip)
 		fmt.Printf("  ip netns exec %s curl -s http://%s/metrics | grep xdplb_nat\n", t.Hosts[0].Name(), net.JoinHostPort(hostAddr(1), strconv.Itoa(metrics)))
+		if useEtcd {
+			fmt.Printf("  go run ./examples/xdplbctl -etcd %s status\n", t.etcdEndpoint())
+		}
 		<-ctx.Done()
 	}
 	return nil
@@ -185,22 +222,39 @@ func run(ctx context.Context, duration time.Duration, conns int, keep bool) (err
 
 // runRole runs a Mux or a Host Agent in the current namespace until
 // SIGINT/SIGTERM, serving /metrics.
-func runRole(role, ifname, config, host, metricsAddr string) error {
+func runRole(role, ifname, config, host, nodeName, etcdEPs, metricsAddr string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	reg := prometheus.NewRegistry()
 	var runFn func(context.Context) error
+	var src control.Source
+	if etcdEPs != "" {
+		name, r := nodeName, fleet.RoleMux
+		if role == "hostagent" {
+			name, r = host, fleet.RoleHostAgent
+		}
+		fl, err := node.NewFleet(etcdEPs, fleet.DefaultPrefix, r, name, log)
+		if err != nil {
+			return err
+		}
+		defer fl.Close()
+		src = fl.Source
+		rctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { fl.Run(rctx); close(done) }()
+		defer func() { cancel(); <-done }()
+	}
 	switch role {
 	case "mux":
-		m, err := mux.New(mux.Config{Interface: ifname, ConfigPath: config, Logger: log})
+		m, err := mux.New(mux.Config{Interface: ifname, ConfigPath: config, Source: src, Node: nodeName, Logger: log})
 		if err != nil {
 			return err
 		}
 		reg.MustRegister(m.Collector())
 		runFn = m.Run
 	case "hostagent":
-		a, err := hostagent.New(hostagent.Config{Uplink: ifname, Host: host, ConfigPath: config, Logger: log})
+		a, err := hostagent.New(hostagent.Config{Uplink: ifname, Host: host, ConfigPath: config, Source: src, Logger: log})
 		if err != nil {
 			return err
 		}

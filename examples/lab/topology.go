@@ -10,8 +10,11 @@ import (
 	"slices"
 	"time"
 
+	"go.etcd.io/etcd/server/v3/embed"
+
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/health"
+	"github.com/xdplb/xdplb/internal/lab/etcdlab"
 	"github.com/xdplb/xdplb/internal/lab/fleetlab"
 	"github.com/xdplb/xdplb/internal/lab/netlab"
 )
@@ -77,6 +80,9 @@ type topo struct {
 	procs []*proc
 
 	kernel *netlab.NS // host3's namespace
+
+	etcd       etcdlab.Cluster // -control etcd: the lab's etcd
+	etcdServer *embed.Etcd
 }
 
 // build makes the namespaces, links, addresses, routes and neighbours.

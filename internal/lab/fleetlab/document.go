@@ -74,8 +74,11 @@ type Doc struct {
 	Version uint64
 	// Node is node.name; "" for none (the Host Agents' copy).
 	Node string
-	// BGP is a Mux's BGP section (see MuxBGP); nil for none.
+	// BGP is a Mux's BGP section (see MuxBGP), or a fleet document's
+	// fleet-wide one (FleetShared); nil for none.
 	BGP *control.BGP
+	// Nodes is a fleet document's nodes section (FleetShared).
+	Nodes []control.NodeConfig
 	// Infra are the infrastructure prefixes (never NATed).
 	Infra []netip.Prefix
 	// MuxPrefixes are where the Muxes send VXLAN from (mux_prefixes):
@@ -110,6 +113,7 @@ func (d *Doc) Document() *control.Document {
 		InfraPrefixes: d.Infra,
 		MuxPrefixes:   d.MuxPrefixes,
 		BGP:           d.BGP,
+		Nodes:         d.Nodes,
 	}
 	for _, s := range d.Services {
 		v := control.VIP{Name: s.Name, Address: s.Addr, Protocol: s.Proto, Port: s.Port, VNI: s.VNI, Probe: s.Probe}

@@ -1,6 +1,7 @@
 package fleetlab_test
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -139,4 +140,21 @@ func TestSubnetAddr(t *testing.T) {
 	require.Equal(t, "198.18.2.1", fleetlab.FleetMuxPeer(2).String())
 	require.Equal(t, "198.18.22.2", fleetlab.FleetHostAddr(2).String())
 	require.Equal(t, "198.18.11.2", fleetlab.FleetClientAddr(1).String())
+}
+
+
+// TestFleetShared: the shared document parses back to itself and gives
+// each Mux what its per-node document gives it.
+func TestFleetShared(t *testing.T) {
+	d := fleetlab.FleetShared(3, true, []fleetlab.Service{{Name: "web", Addr: fleetlab.FleetVIP, Proto: 6, Port: 80, VNI: fleetlab.FleetVNI, DIPPort: 8080}}, fleetlab.FleetVMs(), fleetlab.FleetVMs6(fleetlab.FleetVMs()))
+	text, err := d.Marshal()
+	require.NoError(t, err)
+	doc, err := control.Parse(text)
+	require.NoError(t, err, "%s", text)
+	for i := 1; i <= fleetlab.FleetMuxes; i++ {
+		m, err := doc.ForNode(fmt.Sprintf("mux%d", i))
+		require.NoError(t, err)
+		own := fleetlab.FleetDoc6(3, i, true, d.Services, d.Pool, d.Pool6).Document()
+		require.Equal(t, own.BGP, m.BGP, "mux%d", i)
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"github.com/xdplb/xdplb/control"
 )
 
 // The fleet's IPv6 side (Fleet.AddIPv6): every link of the star also
@@ -84,4 +86,24 @@ func FleetBIRD6() BIRDConfig {
 	c := FleetBIRD()
 	c.IPv6 = true
 	return c
+}
+
+// FleetShared is FleetDoc6 as one document for every node of the fleet:
+// no node.name, and with bgp each Mux's router id, peer and IPv6 next hop
+// in the nodes section (mux1, mux2, ...) under a fleet-wide bgp section
+// (MuxBGP's AS, timers and port).
+func FleetShared(v uint64, bgp bool, services []Service, pool, pool6 []VM) *Doc {
+	d := FleetDoc6(v, 0, false, services, pool, pool6)
+	if !bgp {
+		return d
+	}
+	fleet := MuxBGP(FleetMuxAddr(1), FleetMuxPeer(1))
+	fleet.RouterID, fleet.Peers = netip.Addr{}, nil
+	d.BGP = fleet
+	for i := 1; i <= FleetMuxes; i++ {
+		m := MuxBGP(FleetMuxAddr(i), FleetMuxPeer(i))
+		d.Nodes = append(d.Nodes, control.NodeConfig{Name: fmt.Sprintf("mux%d", i),
+			BGP: &control.BGP{RouterID: m.RouterID, Peers: m.Peers, NextHop6: FleetMuxAddr6(i)}})
+	}
+	return d
 }
