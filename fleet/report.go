@@ -8,6 +8,7 @@ import (
 
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/health"
 )
 
 // StatusReport is the fleet's status as xdplbctl status shows it.
@@ -37,8 +38,10 @@ type VIPReport struct {
 }
 
 // BackendReport is one backend: the document's state and its health as
-// the fleet sees it ("up", "down: <why>", "not probed", "no report": its
-// host publishes nothing).
+// the fleet sees it: "up", "down: <why>", "not probed" (its VIP has no
+// probe), "no report" (its Host Agent publishes nothing: not running, or
+// gone for longer than its lease), "probed by the Muxes (no Host Agent)"
+// (a backend on a host not in hosts[]: only the Muxes can probe it).
 type BackendReport struct {
 	Name   string `json:"name"`
 	DIP    string `json:"dip"`
@@ -68,7 +71,7 @@ func Report(f FleetStatus, now time.Time) StatusReport {
 	if doc == nil {
 		return r
 	}
-	hostName := map[netip.Addr]string{}
+	hostName := map[netip.Addr]string{} // hosts with a Host Agent
 	for _, h := range doc.Hosts {
 		hostName[h.Address] = h.Name
 	}
@@ -76,13 +79,16 @@ func Report(f FleetStatus, now time.Time) StatusReport {
 		v := &doc.VIPs[i]
 		vr := VIPReport{Name: v.Name, Service: describeVIP(v)}
 		for _, b := range v.Backends {
-			host := hostName[b.Host]
-			if host == "" {
+			host, agent := hostName[b.Host]
+			if !agent {
 				host = b.Host.String()
 			}
 			br := BackendReport{Name: b.Name, DIP: netip.AddrPortFrom(b.Address, b.Port).String(), Host: host,
 				State: stateName(b.State), Health: "not probed"}
-			if v.Probe != nil {
+			switch {
+			case v.Probe != nil && !agent:
+				br.Health = "probed by the Muxes (no Host Agent)"
+			case v.Probe != nil:
 				br.Health = f.health(host, v, &b)
 			}
 			vr.Backends = append(vr.Backends, br)
@@ -109,7 +115,7 @@ func (f FleetStatus) health(host string, v *control.VIP, b *control.Backend) str
 	if f.Health == nil {
 		return "no report"
 	}
-	h, ok := f.Health[HealthKey{Host: host, VNI: v.VNI, Addr: b.Address, Port: probePort(v, b)}]
+	h, ok := f.Health[HealthKey{Host: host, VerdictKey: health.VerdictKey{VNI: v.VNI, Addr: b.Address, Port: probePort(v, b)}}]
 	switch {
 	case !ok:
 		return "no report"

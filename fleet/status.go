@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/xdplb/xdplb/control"
+	"github.com/xdplb/xdplb/health"
 )
 
 // NodeStatus is what a node reports under its status key.
@@ -171,7 +172,7 @@ type FleetStatus struct {
 	Document Stored
 	Nodes    []NodeStatus // by role, then name
 	// Health is every DIP verdict the host agents publish.
-	Health map[HealthKey]HealthRecord
+	Health map[HealthKey]health.Verdict
 }
 
 // Live counts, per role, the nodes that run version v and all nodes:
@@ -211,10 +212,10 @@ func ReadStatus(ctx context.Context, c *clientv3.Client, prefix string) (FleetSt
 	if err != nil {
 		return f, fmt.Errorf("fleet: read %s: %w", k.healths(), err)
 	}
-	f.Health = map[HealthKey]HealthRecord{}
+	f.Health = map[HealthKey]health.Verdict{}
 	for _, kv := range hr.Kvs {
 		hk, ok1 := k.parseHealthKey(string(kv.Key))
-		h, ok2 := decodeHealth(kv.Value)
+		h, ok2 := decodeVerdict(kv.Value)
 		if ok1 && ok2 {
 			f.Health[hk] = h
 		}

@@ -75,8 +75,10 @@ type Config struct {
 	// document that adds DIPs to probe makes a call listing them, down
 	// (Reason "not probed yet"); DIPs a document stops probing are not
 	// reported, they are just gone from Agent.DIPHealth, which lists
-	// exactly the DIPs probed now (OnDIPHealth may call it). Nil: the
-	// agent probes nothing (the Muxes probe).
+	// exactly the DIPs probed now (OnDIPHealth may call it). The probes
+	// leave from the host's own addresses, so the uplink's addresses (as
+	// New finds them) are added to Infra: the VMs' answers go to the
+	// kernel. Nil: the agent probes nothing (the Muxes probe).
 	OnDIPHealth func([]DIPHealth)
 	// OnForwarding, when set, is called once, when the first data path
 	// forwards: its sockets open and its programs attached. A process
@@ -137,6 +139,11 @@ func New(cfg Config) (*Agent, error) {
 		if !p.IsValid() {
 			return nil, fmt.Errorf("hostagent: invalid prefix %v", p)
 		}
+	}
+	if cfg.OnDIPHealth != nil {
+		// The probes leave from the host's own addresses: the VMs'
+		// answers to them must reach the kernel, never the NAT.
+		cfg.Infra = append(slices.Clone(cfg.Infra), uplinkPrefixes(cfg.Uplink)...)
 	}
 	if cfg.NAT.Capacity == 0 {
 		cfg.NAT.Capacity = DefaultNATCapacity
@@ -622,4 +629,31 @@ func (a *Agent) stop(dp *dataPath) {
 	if err := dp.live.Close(); err != nil {
 		a.log.Error("hostagent: closing the data path", "err", err)
 	}
+}
+
+// uplinkPrefixes returns the uplink's global unicast addresses as host
+// prefixes (none if the interface is not there yet).
+func uplinkPrefixes(name string) []netip.Prefix {
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil
+	}
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(ipn.IP)
+		if !ok || !ip.IsGlobalUnicast() {
+			continue
+		}
+		ip = ip.Unmap()
+		out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+	}
+	return out
 }

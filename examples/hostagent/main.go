@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/xdplb/xdplb/control"
@@ -115,14 +116,16 @@ func main() {
 	cfg.NAT.Capacity = *conns
 	cfg.TunnelSources = tunnelSources
 	cfg.XDPMode, cfg.Port.Ring = xdpMode, ring
+	var onDIP []func([]hostagent.DIPHealth)
 	if *probe {
-		cfg.OnDIPHealth = func(vs []hostagent.DIPHealth) {
+		onDIP = append(onDIP, func(vs []hostagent.DIPHealth) {
 			for _, v := range vs {
 				log.Info("hostagent: DIP health", "vni", v.VNI, "dip", v.Addr, "port", v.Port, "up", v.Up, "reason", v.Reason)
 			}
-		}
+		})
 	}
 	var fl *node.Fleet
+	var agent atomic.Pointer[hostagent.Agent]
 	if *etcd != "" {
 		var err error
 		if fl, err = node.NewFleet(*etcd, *etcdPfx, fleet.RoleHostAgent, *host, log); err != nil {
@@ -130,8 +133,27 @@ func main() {
 		}
 		defer fl.Close()
 		cfg.Source = fl.Source
+		// With a fleet, the host probes its own DIPs and publishes the
+		// verdicts; the Muxes use them instead of probing.
+		publish, err := fl.PublishHealth(func() []hostagent.DIPHealth {
+			if a := agent.Load(); a != nil {
+				return a.DIPHealth()
+			}
+			return nil
+		})
+		if err != nil {
+			fail(2, "-etcd: %v", err)
+		}
+		onDIP = append(onDIP, publish)
 	}
-	if err := run(cfg, fl, *metrics, log); err != nil {
+	if len(onDIP) > 0 {
+		cfg.OnDIPHealth = func(vs []hostagent.DIPHealth) {
+			for _, f := range onDIP {
+				f(vs)
+			}
+		}
+	}
+	if err := run(cfg, fl, &agent, *metrics, log); err != nil {
 		log.Error("hostagent failed", "err", err)
 		os.Exit(1)
 	}
@@ -142,11 +164,12 @@ func fail(code int, format string, args ...any) {
 	os.Exit(code)
 }
 
-func run(cfg hostagent.Config, fl *node.Fleet, metricsAddr string, log *slog.Logger) error {
+func run(cfg hostagent.Config, fl *node.Fleet, agent *atomic.Pointer[hostagent.Agent], metricsAddr string, log *slog.Logger) error {
 	a, err := hostagent.New(cfg)
 	if err != nil {
 		return err
 	}
+	agent.Store(a)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if fl != nil {

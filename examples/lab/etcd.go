@@ -83,4 +83,10 @@ func (t *topo) fleetStatus(ctx context.Context) {
 	for _, n := range r.Nodes {
 		fmt.Printf("  %-9s %-6s version %d, sync delay %v, data path %s\n", n.Role, n.Name, n.Version, n.SyncDelay.Round(time.Millisecond), n.DataPath)
 	}
+	fmt.Println("  DIP health as the Host Agents publish it (the Muxes follow it instead of probing):")
+	for _, v := range r.VIPs {
+		for _, b := range v.Backends {
+			fmt.Printf("    %-6s %-5s %-22s on %-6s %s\n", v.Name, b.Name, b.DIP, b.Host, b.Health)
+		}
+	}
 }

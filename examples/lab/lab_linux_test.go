@@ -45,5 +45,10 @@ func TestLabRuns(t *testing.T) {
 	}
 	// The fleet ran from the lab's etcd: every node reports version 1.
 	require.Contains(t, string(out), "the fleet as etcd shows it (xdplbctl status): version 1: 2/2 Muxes, 2/2 hosts")
+	// The Host Agents probed their DIPs through the VM ports, both
+	// families, and published them up; the Muxes followed.
+	for _, vm := range append(slices.Clone(vms), vms6...) {
+		require.Regexp(t, `(?m)^\s+web6?\s+`+vm.Name+`\s+\S+\s+on host\d\s+up$`, string(out), vm.Name)
+	}
 	require.Empty(t, netlab.Leftovers(labPrefix), "namespaces left behind")
 }

@@ -122,6 +122,7 @@ func run(ctx context.Context, duration time.Duration, conns int, keep, useEtcd b
 	defer func() {
 		fmt.Println("tearing down: stopping the processes, removing the namespaces")
 		t.stopAll(15 * time.Second)
+		t.stopEtcd() // after the nodes: they leave etcd as they stop
 		if cerr := lab.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
@@ -167,7 +168,6 @@ func run(ctx context.Context, duration time.Duration, conns int, keep, useEtcd b
 		if err := t.startEtcd(ctx); err != nil {
 			return err
 		}
-		defer t.stopEtcd()
 	}
 	for i, n := range t.Muxes {
 		src, err := muxSource(i + 1)
@@ -228,40 +228,67 @@ func runRole(role, ifname, config, host, nodeName, etcdEPs, metricsAddr string) 
 	defer stop()
 	reg := prometheus.NewRegistry()
 	var runFn func(context.Context) error
+	// With etcd, the document comes from there, every node reports its
+	// status, the Host Agents probe their own DIPs and publish the
+	// verdicts, and the Muxes follow those instead of probing.
+	var fl *node.Fleet
 	var src control.Source
 	if etcdEPs != "" {
 		name, r := nodeName, fleet.RoleMux
 		if role == "hostagent" {
 			name, r = host, fleet.RoleHostAgent
 		}
-		fl, err := node.NewFleet(etcdEPs, fleet.DefaultPrefix, r, name, log)
-		if err != nil {
+		var err error
+		if fl, err = node.NewFleet(etcdEPs, fleet.DefaultPrefix, r, name, log); err != nil {
 			return err
 		}
 		defer fl.Close()
 		src = fl.Source
-		rctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { fl.Run(rctx); close(done) }()
-		defer func() { cancel(); <-done }()
 	}
 	switch role {
 	case "mux":
-		m, err := mux.New(mux.Config{Interface: ifname, ConfigPath: config, Source: src, Node: nodeName, Logger: log})
+		m, err := mux.New(mux.Config{Interface: ifname, ConfigPath: config, Source: src, Node: nodeName, Logger: log,
+			ExternalHealth: fl != nil})
 		if err != nil {
 			return err
+		}
+		if fl != nil {
+			if err := fl.WatchHealth(m.Controller().SetDIPHealth); err != nil {
+				return err
+			}
 		}
 		reg.MustRegister(m.Collector())
 		runFn = m.Run
 	case "hostagent":
-		a, err := hostagent.New(hostagent.Config{Uplink: ifname, Host: host, ConfigPath: config, Source: src, Logger: log})
+		cfg := hostagent.Config{Uplink: ifname, Host: host, ConfigPath: config, Source: src, Logger: log}
+		var agent atomic.Pointer[hostagent.Agent]
+		if fl != nil {
+			publish, err := fl.PublishHealth(func() []hostagent.DIPHealth {
+				if a := agent.Load(); a != nil {
+					return a.DIPHealth()
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			cfg.OnDIPHealth = publish
+		}
+		a, err := hostagent.New(cfg)
 		if err != nil {
 			return err
 		}
+		agent.Store(a)
 		reg.MustRegister(a.Collector())
 		runFn = a.Run
 	default:
 		return fmt.Errorf("unknown role %q", role)
+	}
+	if fl != nil {
+		rctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { fl.Run(rctx); close(done) }()
+		defer func() { cancel(); <-done }()
 	}
 	srv := &http.Server{Addr: metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
 	go func() {

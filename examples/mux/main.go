@@ -150,6 +150,9 @@ func main() {
 		}
 		defer fl.Close()
 		cfg.Source = fl.Source
+		// With a fleet, the Host Agents probe their own DIPs and publish
+		// the verdicts; this Mux follows them instead of probing.
+		cfg.ExternalHealth = true
 	}
 	if err := run(cfg, fl, *metrics, log); err != nil {
 		log.Error("mux failed", "err", err)
@@ -165,6 +168,9 @@ func run(cfg mux.Config, fl *node.Fleet, metricsAddr string, log *slog.Logger) e
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if fl != nil {
+		if err := fl.WatchHealth(m.Controller().SetDIPHealth); err != nil {
+			return err
+		}
 		rctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { fl.Run(rctx); close(done) }()

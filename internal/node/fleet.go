@@ -13,6 +13,7 @@ import (
 
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/fleet"
+	"github.com/xdplb/xdplb/health"
 )
 
 // Fleet connects a node binary to its fleet's etcd: the document comes
@@ -24,6 +25,9 @@ type Fleet struct {
 	name   string
 	log    *slog.Logger
 	rep    *fleet.Reporter
+	pub    *fleet.HealthPublisher // a Host Agent's, when PublishHealth was called
+	hw     *fleet.HealthWatcher   // a Mux's, when WatchHealth was called
+	prefix string
 
 	mu    sync.Mutex
 	state string
@@ -52,7 +56,7 @@ func NewFleet(endpoints, prefix, role, name string, log *slog.Logger) (*Fleet, e
 		c.Close()
 		return nil, err
 	}
-	f := &Fleet{Client: c, Source: src, role: role, name: name, log: log, state: "starting"}
+	f := &Fleet{Client: c, Source: src, role: role, name: name, log: log, state: "starting", prefix: prefix}
 	f.rep, err = fleet.NewReporter(fleet.ReporterConfig{Client: c, Prefix: prefix, Role: role, Name: name,
 		Logger: log, Status: f.status})
 	if err != nil {
@@ -78,9 +82,47 @@ func (f *Fleet) SetDataPath(state string) {
 	f.rep.Poke()
 }
 
+// PublishHealth makes Run publish a Host Agent's verdicts on its DIPs
+// (fleet.HealthPublisher, under the host's name): give what it returns
+// to hostagent.Config.OnDIPHealth, with all returning
+// hostagent.Agent.DIPHealth. Call it before Run.
+func (f *Fleet) PublishHealth(all func() []health.Verdict) (func([]health.Verdict), error) {
+	pub, err := fleet.NewHealthPublisher(fleet.HealthPublisherConfig{Client: f.Client, Prefix: f.prefix, Host: f.name, Logger: f.log})
+	if err != nil {
+		return nil, err
+	}
+	f.pub = pub
+	return func([]health.Verdict) { pub.Publish(all()) }, nil
+}
+
+// WatchHealth makes Run follow the verdicts every Host Agent publishes
+// and hand them to on (mux.Controller.SetDIPHealth). Call it before Run.
+func (f *Fleet) WatchHealth(on func(map[string][]health.Verdict) error) error {
+	hw, err := fleet.NewHealthWatcher(fleet.HealthWatcherConfig{Client: f.Client, Prefix: f.prefix, Logger: f.log,
+		OnReports: func(r map[string][]health.Verdict) {
+			if err := on(r); err != nil {
+				f.log.Error("fleet: DIP health reports not applied", "err", err)
+			}
+		}})
+	if err != nil {
+		return err
+	}
+	f.hw = hw
+	return nil
+}
+
 // Run reports the node's status until ctx is done (then removes it),
-// marking the data path running once the first document is applied.
+// marking the data path running once the first document is applied, and
+// publishes or follows DIP health when asked to.
 func (f *Fleet) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait() // a stopping Host Agent's verdicts are revoked before it exits
+	if f.pub != nil {
+		wg.Go(func() { f.pub.Run(ctx) })
+	}
+	if f.hw != nil {
+		wg.Go(func() { f.hw.Run(ctx) })
+	}
 	go func() {
 		select {
 		case <-f.Source.Ready():
