@@ -142,7 +142,6 @@ func TestSubnetAddr(t *testing.T) {
 	require.Equal(t, "198.18.11.2", fleetlab.FleetClientAddr(1).String())
 }
 
-
 // TestFleetShared: the shared document parses back to itself and gives
 // each Mux what its per-node document gives it.
 func TestFleetShared(t *testing.T) {
