@@ -22,7 +22,8 @@ var (
 	descPackets  = prometheus.NewDesc("xdplb_packets_total", "Packets received (rx) and transmitted (tx) by the data path.", []string{"direction"}, nil)
 	descDrops    = prometheus.NewDesc("xdplb_drops_total", "Packets dropped by the data path, by reason.", []string{"reason"}, nil)
 	descVersion  = prometheus.NewDesc("xdplb_config_version", "Version of the running desired-state document.", nil, nil)
-	descSync     = prometheus.NewDesc("xdplb_config_sync_delay_seconds", "Time from the running document's 'written' stamp to its application.", nil, nil)
+	descSync     = prometheus.NewDesc("xdplb_config_sync_delay_seconds", "Time from the running document's commit to the fleet's store (etcd), or else its 'written' stamp, to its application here.", nil, nil)
+	descRevision = prometheus.NewDesc("xdplb_config_revision", "The etcd revision of the running document (only with a fleet store).", nil, nil)
 	descRejected = prometheus.NewDesc("xdplb_config_rejected_total", "Documents refused (invalid, stale, or failed to apply).", nil, nil)
 	descError    = prometheus.NewDesc("xdplb_config_error", "1 while the document file is not applied, by reason (unreadable, invalid, stale, conflict: same version, different content, apply); 0 for the other reasons.", []string{"reason"}, nil)
 	descSteer    = prometheus.NewDesc("xdplb_steer_packets_total", "Packets seen by the XDP steering program of an interface, by outcome.", []string{"interface", "outcome"}, nil)
@@ -34,7 +35,7 @@ var (
 
 // Describe sends the shared descriptors.
 func Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descDrops, descVersion, descSync, descRejected, descError, descSteer, descXSK, descXSKTX, descSlow, descPartial} {
+	for _, d := range []*prometheus.Desc{descPackets, descDrops, descVersion, descSync, descRevision, descRejected, descError, descSteer, descXSK, descXSKTX, descSlow, descPartial} {
 		ch <- d
 	}
 }
@@ -73,6 +74,9 @@ func Config(ch chan<- prometheus.Metric, st control.Status) {
 	Gauge(ch, descVersion, float64(st.Version))
 	if d := st.SyncDelay(); d > 0 {
 		Gauge(ch, descSync, d.Seconds())
+	}
+	if st.Revision > 0 {
+		Gauge(ch, descRevision, float64(st.Revision))
 	}
 	Counter(ch, descRejected, st.Rejected)
 	for _, r := range control.Reasons {
