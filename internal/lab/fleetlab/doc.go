@@ -1,6 +1,6 @@
 // Package fleetlab builds whole xdplb fleets in network namespaces on one
-// machine, for the lab demo (examples/lab) and the end-to-end tests of the
-// Mux, the Host Agent and the BGP announcer. It stands on internal/lab/netlab
+// machine, for the lab demo (examples/lab), the end-to-end tests (package
+// e2e) and the BGP announcer's tests. It stands on internal/lab/netlab
 // (namespaces, veths, addresses, cleanup) and adds what those programs
 // have in common:
 //

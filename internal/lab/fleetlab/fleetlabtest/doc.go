@@ -1,5 +1,5 @@
 // Package fleetlabtest is test support: it wraps package fleetlab for the
-// end-to-end tests of the Mux, the Host Agent and the BGP announcer. Every
+// end-to-end tests (package e2e) and the BGP announcer's tests. Every
 // function takes a testing.TB, fails the test when a step fails, and ties
 // what it starts to the test's cleanup: processes are stopped (SIGTERM,
 // then SIGKILL) and their output is logged when the test failed or runs

@@ -1,4 +1,4 @@
-package hostagent_test
+package e2e
 
 import (
 	"bufio"
@@ -380,10 +380,6 @@ func newHALab(t *testing.T) *haLab {
 	l.bin = fleetlabtest.Examples(t)
 	return l
 }
-
-// TestMain removes the example binaries the tests built
-// (fleetlabtest.Examples).
-func TestMain(m *testing.M) { os.Exit(fleetlabtest.Main(m)) }
 
 // writeDocument replaces the document atomically (the watchers see a
 // rename).

@@ -1,4 +1,4 @@
-package mux_test
+package e2e
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package hostagent_test
+package e2e
 
 import (
 	"fmt"

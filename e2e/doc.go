@@ -1,0 +1,36 @@
+// Package e2e holds the end-to-end tests of the fleet: they build the
+// reference binaries (examples/mux and examples/hostagent, once per test
+// binary through fleetlabtest.Examples, or examples/mux alone for the
+// Mux-only tests), run them as separate processes in network namespaces
+// on this machine with BIRD 2 as the router (internal/lab/netlab,
+// internal/lab/fleetlab), and send real traffic through the VIPs from
+// client namespaces.
+//
+// What runs here, by file:
+//
+//   - mux_*: two Muxes behind BIRD (TestMuxEndToEnd: ECMP, the picks
+//     against the library's Maglev, health, VXLAN on the wire), the
+//     locked-down control plane (TestMuxControlPlane), a backend host
+//     that runs only the kernel's vxlan device
+//     (TestMuxKernelVXLANBackend);
+//   - hostagent_*, spoof_*, flood_*: one Mux and one Host Agent with VMs
+//     (TestHostAgentEndToEnd, TestHostAgentControlPlane), the Host
+//     Agent's probes of its VMs through their ports
+//     (TestHostAgentProbesDIPs), spoofed sources
+//     (TestSpoofedSourcesEndToEnd) and floods against both connection
+//     tables (TestFloodEndToEnd);
+//   - fleet_*: the lab's fleet (fleetlab.Fleet: two Muxes, two hosts, four
+//     VMs): spread against weights, failures of a DIP and of a Mux,
+//     reloads under traffic, real traffic with the kernel's offloads,
+//     direct connections, IPv6 (TestFleet*).
+//
+// The tests use only the library's exported API and internal/lab/…; the
+// packages' own tests (mux, hostagent, …) stay beside their code.
+//
+// Every test needs root (network namespaces, XDP, AF_XDP) and skips with
+// a message without it; those that need BIRD 2 (bird and birdc) skip
+// without it too. They are Linux-only: on other systems the package holds
+// no test. Addresses come from 198.18.0.0/15 and 2001:db8::/32 and exist
+// only inside the namespaces, which are removed — XDP programs included —
+// when a test ends, also when it fails.
+package e2e
