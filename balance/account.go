@@ -13,7 +13,7 @@ import (
 // AccountConfig is the plain configuration of an Account stage.
 type AccountConfig struct {
 	// Encapsulated says the stage runs after VXLAN encapsulation (in the
-	// Mux: after encap.Encap and encap.NextHop), so the client's packet
+	// Mux: after encap.Encap and nexthop.Stage), so the client's packet
 	// is the tunnelled one and its length is read from the outer UDP
 	// header. Otherwise the stage reads the IP header the parser found.
 	// Either way the same packet counts the same bytes.

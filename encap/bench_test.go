@@ -73,25 +73,3 @@ func BenchmarkDecap(b *testing.B) {
 		})
 	}
 }
-
-func BenchmarkNextHop(b *testing.B) {
-	t4, t6, tB := encapsulated(b, host4)[0], encapsulated(b, host6)[0], encapsulated(b, hostB)[0]
-	var alternating [][]byte
-	for i := range engine.MaxBatch {
-		alternating = append(alternating, [][]byte{t4, t6, tB}[i%3])
-	}
-	cases := []struct {
-		name   string
-		frames [][]byte
-	}{
-		{"same-host", repeat(t4, engine.MaxBatch)},
-		{"alternating-hosts", alternating},
-	}
-	for _, tc := range cases {
-		b.Run(tc.name, func(b *testing.B) {
-			s := newNextHop(b, encap.OuterDst, newResolver())
-			fx := newFixture(b, tc.frames, false, nil)
-			runBench(b, fx, s)
-		})
-	}
-}

@@ -1,12 +1,13 @@
 // Package encap holds the VXLAN stages of the data path: Encap, which
-// tunnels the Mux's balanced packets to their backends' hosts; NextHop,
-// which addresses frames to their next hop (the Mux's uplink, and the Host
-// Agent's direct-server-return path); and Decap, which ends the tunnel on
-// the Host Agent and hands each inner frame to its local endpoint.
+// tunnels the Mux's balanced packets to their backends' hosts, and Decap,
+// which ends the tunnel on the Host Agent and hands each inner frame to
+// its local endpoint. The next-hop stage that addresses the tunnel
+// packets (and the Host Agent's direct-server-return replies, which are
+// not encapsulated) is nexthop.Stage, in engine/nexthop.
 //
-//	Mux:        parse → balance → Encap → NextHop(OuterDst) → TX uplink
+//	Mux:        parse → balance → Encap → nexthop.Stage(OuterDst) → TX uplink
 //	Host Agent: parse → Decap → nat inbound → TX endpoint port
-//	            parse → nat return → NextHop(L3Dst) → TX uplink (DSR)
+//	            parse → nat return → nexthop.Stage(L3Dst) → TX uplink (DSR)
 //
 // Every stage works on whole batches, in place, without allocating.
 //
@@ -20,7 +21,7 @@
 // EncapConfig.InnerSrcMAC), no VLAN tags (the uplink's tags are not the
 // tenant's), no Ethernet padding. In front of it go, per RFC 7348:
 //
-//   - Ethernet, addresses zero, for NextHop to fill.
+//   - Ethernet, addresses zero, for the next-hop stage to fill.
 //   - IPv4 or IPv6, by the family of the backend's Host: source the Mux's
 //     address of that family, destination the Host; TTL / hop limit from
 //     the configuration; DSCP and ECN copied from the inner header (the
@@ -82,14 +83,4 @@
 // resolves the endpoint with Endpoints.Of, which checks the index against the
 // packet's VNI and inner destination MAC and looks it up again on a
 // mismatch.
-//
-// # Next hops
-//
-// NextHop resolves, per packet, the outer destination (OuterDst, after
-// Encap) or the packet's own L3 destination (L3Dst, the client of a DSR
-// reply) through a Resolver — *nexthop.Resolver in production, whose
-// Lookup is lock-free and never waits — writes the hop's MACs and picks
-// the port of its interface (NextHopConfig.Ports). A miss is dropped with
-// nexthop_unresolved while the resolver resolves the address. The last
-// answer is reused for consecutive packets to the same address.
 package encap

@@ -161,7 +161,7 @@ type EncapStats struct {
 // it rewrites the inner Ethernet header (destination: the backend's MAC)
 // and prepends an outer Ethernet, IPv4 or IPv6 (the backend Host's family),
 // UDP and VXLAN header. The outer Ethernet addresses are left zero for the
-// NextHop stage. See the package documentation for the header fields.
+// next-hop stage (nexthop.Stage). See the package documentation for the header fields.
 //
 // It is safe for concurrent use by several workers: its configuration is
 // immutable and its only shared state (the ICMP rate limit and EncapStats)
@@ -313,7 +313,7 @@ func (e *Encap) encap(b *engine.Batch, p *engine.Packet) engine.DropReason {
 	sport := SourcePort(p.Hash)
 	udpLen := uint16(header.UDPSize + header.VXLANSize + inner)
 	if hdr == OverheadIPv4 {
-		clear(f[:12]) // MACs: the NextHop stage's
+		clear(f[:12]) // MACs: the next-hop stage's
 		header.Ethernet(f).SetType(header.EtherTypeIPv4)
 		// The header is the stage's template with the per-packet fields
 		// filled in; its checksum is the template's sum plus theirs

@@ -65,7 +65,7 @@ func Example() {
 	}
 	hops := staticHops{netip.MustParseAddr("198.19.2.2"): {
 		IfIndex: 2, SrcMAC: [6]byte{2, 0, 0, 0, 0, 2}, DstMAC: [6]byte{2, 0, 0, 0, 0, 0xfe}}}
-	nh, err := encap.NewNextHop(encap.NextHopConfig{Mode: encap.OuterDst, Ports: map[int]uint16{2: 0}}, hops)
+	nh, err := nexthop.NewStage(nexthop.StageConfig{Mode: nexthop.OuterDst, Ports: map[int]uint16{2: 0}}, hops)
 	if err != nil {
 		panic(err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/xdplb/xdplb/encap"
 	"github.com/xdplb/xdplb/engine"
-	"github.com/xdplb/xdplb/engine/nexthop"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/header"
 	"github.com/xdplb/xdplb/internal/lab/gpkt"
@@ -28,6 +27,7 @@ var (
 	mux6    = netip.MustParseAddr("2001:db8:1::1")
 	host4   = netip.MustParseAddr("198.19.2.2")
 	host6   = netip.MustParseAddr("2001:db8:2::2")
+	hostB   = netip.MustParseAddr("198.19.2.3") // another host
 	dip4    = netip.MustParseAddr("198.19.10.5")
 	dip6    = netip.MustParseAddr("2001:db8:10::5")
 
@@ -229,18 +229,6 @@ func withDst(frame []byte, dst header.MAC, src *header.MAC) []byte {
 // IPv6 (RFC 8200 8.1), by the plain RFC 1071 sum of internal/lab/gpkt.
 func pseudo(src, dst []byte, proto uint8, n int) uint16 {
 	return gpkt.Sum(dst, gpkt.Sum(src, gpkt.Sum([]byte{byte(n >> 8), byte(n), 0, proto}, 0)))
-}
-
-// fakeResolver answers from a map and counts lookups.
-type fakeResolver struct {
-	hops  map[netip.Addr]nexthop.Hop
-	calls int
-}
-
-func (f *fakeResolver) Lookup(a netip.Addr) (nexthop.Hop, bool) {
-	f.calls++
-	h, ok := f.hops[a]
-	return h, ok
 }
 
 // vxlan describes an outer packet for the Decap tests; build makes it with

@@ -22,7 +22,7 @@ import (
 // with a fixed next hop:
 //
 //	inbound  uplink MemPort → Decap → nat.Inbound                 → VM port
-//	return   VM MemPorts → Parse{VNI} → nat.Return → NextHop(L3Dst) → uplink
+//	return   VM MemPorts → Parse{VNI} → nat.Return → nexthop.Stage(L3Dst) → uplink
 //
 // Each direction has a worker of its own over the same ports, so each is
 // timed alone.
@@ -123,7 +123,7 @@ func (r *haBenchRig) run(w *engine.Worker, pkts int) int {
 // the timed part is the steady state: every NAT lookup hits.
 //
 //	dir=inbound  VXLAN on the uplink → Decap → nat.Inbound → VM port
-//	dir=return   VM ports → Parse → nat.Return → NextHop(L3Dst) → uplink;
+//	dir=return   VM ports → Parse → nat.Return → nexthop.Stage(L3Dst) → uplink;
 //	             avg-ns/pkt is the mean of this line and the last
 //	             inbound run at the same flow count (a connection's two
 //	             directions, one packet each)

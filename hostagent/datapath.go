@@ -27,7 +27,7 @@ import (
 //
 // and every VM port through
 //
-//	Parse{VNI} → client filter → TTL → partial checksums → nat.Return → NextHop(L3Dst)  (→ the uplink, DSR)
+//	Parse{VNI} → client filter → TTL → partial checksums → nat.Return → nexthop.Stage(L3Dst)  (→ the uplink, DSR)
 //
 // (Decap accepts VXLAN only from Plan.TunnelSources; the filters drop
 // a client that is a VIP or a martian, package guard; TTL decrements the
@@ -113,7 +113,7 @@ func (a *Agent) open(plan *Plan, dips *nat.DIPs, resolver *nexthop.Resolver, run
 // plan.Ports order), over the translator tr; replies leave through the
 // interface uplinkIndex, resolved by r. The stages are safe for concurrent
 // use: every worker shares them.
-func (a *Agent) pipelines(plan *Plan, tr *nat.Translator, uplinkIndex int, r encap.Resolver) (*engine.Pipeline, []*engine.Pipeline, error) {
+func (a *Agent) pipelines(plan *Plan, tr *nat.Translator, uplinkIndex int, r nexthop.Source) (*engine.Pipeline, []*engine.Pipeline, error) {
 	if len(plan.TunnelSources) == 0 {
 		return nil, nil, fmt.Errorf("hostagent: %w", ErrNoTunnelSources)
 	}
@@ -133,7 +133,7 @@ func (a *Agent) pipelines(plan *Plan, tr *nat.Translator, uplinkIndex int, r enc
 	if err != nil {
 		return nil, nil, fmt.Errorf("hostagent: %w", err)
 	}
-	nh, err := encap.NewNextHop(encap.NextHopConfig{Mode: encap.L3Dst, Ports: map[int]uint16{uplinkIndex: UplinkPort},
+	nh, err := nexthop.NewStage(nexthop.StageConfig{Mode: nexthop.L3Dst, Ports: map[int]uint16{uplinkIndex: UplinkPort},
 		SlowPath: true, SlowPort: slowPort(plan)}, r)
 	if err != nil {
 		return nil, nil, fmt.Errorf("hostagent: %w", err)

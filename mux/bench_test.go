@@ -306,7 +306,7 @@ func ourMuxStages(tb testing.TB, doc *control.Document, ct *flow.ConnTable) []en
 	require.NoError(tb, err)
 	enc, err := encap.NewEncap(encap.EncapConfig{SourceV4: benchMuxSrc, DecrementTTL: true})
 	require.NoError(tb, err)
-	nh, err := encap.NewNextHop(encap.NextHopConfig{Mode: encap.OuterDst, Ports: map[int]uint16{benchUplink: 0}}, fixedResolver{})
+	nh, err := nexthop.NewStage(nexthop.StageConfig{Mode: nexthop.OuterDst, Ports: map[int]uint16{benchUplink: 0}}, fixedResolver{})
 	require.NoError(tb, err)
 	acct := balance.NewAccount(balance.AccountConfig{Encapsulated: true, Rules: rules})
 	src, err := guard.NewSources(guard.SourcesConfig{Rules: rules, Node: []netip.Addr{benchMuxSrc}, Infra: filterPrefixes(doc)})
@@ -348,7 +348,7 @@ type muxPeer struct {
 	rules    map[peerVIP]*peerRule
 	conns    map[flow.Key]int32
 	hasher   flow.Hasher
-	resolver encap.Resolver
+	resolver nexthop.Source
 	src4     net.IP
 
 	// Output layers and buffer, reused packet after packet.

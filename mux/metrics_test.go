@@ -71,7 +71,7 @@ func metricsDocument(t *testing.T, version int, web []string) *control.Document 
 
 // partialResolver answers every destination with benchHop except
 // 198.18.254.99, which stays unresolved (sent to the slow path by the
-// NextHop stage).
+// next-hop stage).
 type partialResolver struct{}
 
 func (partialResolver) Lookup(a netip.Addr) (nexthop.Hop, bool) {

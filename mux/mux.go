@@ -534,7 +534,7 @@ func (m *Mux) defaults(ifi *net.Interface) error {
 // towards a host whose next hop the resolver has not resolved yet goes
 // through the kernel instead of being dropped. Ports, by the builder's
 // rule: the uplink's socket (uplinkPort), then the slow path (slowPort).
-func (m *Mux) spec(resolver encap.Resolver) datapath.Spec {
+func (m *Mux) spec(resolver nexthop.Source) datapath.Spec {
 	var rules steer.Config
 	if plan := m.ctl.Plan(); plan != nil {
 		rules = plan.Steering
@@ -555,7 +555,7 @@ func (m *Mux) spec(resolver encap.Resolver) datapath.Spec {
 
 // openDataPath opens the data path of spec; on error nothing of it stays
 // open.
-func (m *Mux) openDataPath(resolver encap.Resolver) (*datapath.DataPath, error) {
+func (m *Mux) openDataPath(resolver nexthop.Source) (*datapath.DataPath, error) {
 	dp, err := datapath.Open(m.spec(resolver), nil)
 	if err != nil {
 		return nil, fmt.Errorf("mux: %w", err)
@@ -589,7 +589,7 @@ func (m *Mux) closeDataPath(dp *datapath.DataPath) {
 //
 // Each worker has its own balance stage; workers tells it how many share
 // the per-VIP budget of new flows.
-func (m *Mux) pipeline(seed uint64, uplink int, resolver encap.Resolver, workers int) (*engine.Pipeline, error) {
+func (m *Mux) pipeline(seed uint64, uplink int, resolver nexthop.Source, workers int) (*engine.Pipeline, error) {
 	icmp, err := balance.NewICMP(balance.ICMPConfig{Rules: m.rules})
 	if err != nil {
 		return nil, err
@@ -604,7 +604,7 @@ func (m *Mux) pipeline(seed uint64, uplink int, resolver encap.Resolver, workers
 	if err != nil {
 		return nil, err
 	}
-	nh, err := encap.NewNextHop(encap.NextHopConfig{Mode: encap.OuterDst, Ports: map[int]uint16{uplink: uplinkPort},
+	nh, err := nexthop.NewStage(nexthop.StageConfig{Mode: nexthop.OuterDst, Ports: map[int]uint16{uplink: uplinkPort},
 		SlowPath: true, SlowPort: slowPort}, resolver)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,19 @@
 // tables. The kernel stays the single source of routing truth (routes from
 // BGP, static routes, ECMP); xdplb only caches its answers.
 //
+// # The stage
+//
+// Stage is the data path's next-hop stage, for both node roles: per
+// packet it resolves the outer destination (OuterDst: what a Mux's
+// encap.Encap wrote) or the packet's own L3 destination (L3Dst: the client
+// of a Host Agent's direct-server-return reply) through a Source — a
+// *Resolver in production — writes the hop's MACs, and picks the worker
+// port of the hop's interface (StageConfig.Ports). A miss is dropped with
+// nexthop_unresolved while the resolver resolves the address, or handed
+// to the kernel through a slow-path port (StageConfig.SlowPath,
+// engine/rawip). Answers are cached per worker while the Source's
+// version holds.
+//
 // # Hot path
 //
 // Resolver.Lookup (or Snapshot.Lookup, with the snapshot loaded once per

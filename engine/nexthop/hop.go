@@ -165,7 +165,7 @@ type Snapshot struct {
 
 // Version numbers the snapshots a Resolver publishes: a newer snapshot
 // has a larger version. A data-path cache of Lookup answers (such as
-// encap.NextHop's) stays valid while the version is unchanged.
+// Stage's) stays valid while the version is unchanged.
 func (s *Snapshot) Version() uint64 { return s.version }
 
 // Lookup returns the next hop for dst. It is the hot path: it does not

@@ -249,7 +249,7 @@ func TestRouteChangeIsFollowed(t *testing.T) {
 				hop, ok := r.Lookup(dst)
 				return ok && hop == want
 			})
-			// Caches of Lookup answers (encap.NextHop) see a new version.
+			// Caches of Lookup answers (Stage) see a new version.
 			assert.Greater(t, r.Version(), before)
 
 			// And when the route goes away, so does the hop.

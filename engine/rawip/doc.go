@@ -4,7 +4,7 @@
 // packet while it asks), and sends it. It is the data path's slow path for
 // frames it cannot address itself — above all the first packets to a
 // destination the next-hop resolver has not resolved yet, which would
-// otherwise be dropped (encap.NextHopConfig.SlowPath).
+// otherwise be dropped (nexthop.StageConfig.SlowPath).
 //
 // Transmit strips the Ethernet header (and any 802.1Q tags) and sends the
 // IPv4 or IPv6 packet as it is: addresses, TTL and checksums are the

@@ -3,7 +3,6 @@ package rawip_test
 import (
 	"log"
 
-	"github.com/xdplb/xdplb/encap"
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/engine/nexthop"
 	"github.com/xdplb/xdplb/engine/rawip"
@@ -25,8 +24,8 @@ func Example() {
 		log.Fatal(err)
 	}
 	const uplinkIfindex = 2
-	nh, err := encap.NewNextHop(encap.NextHopConfig{
-		Mode:     encap.OuterDst,
+	nh, err := nexthop.NewStage(nexthop.StageConfig{
+		Mode:     nexthop.OuterDst,
 		Ports:    map[int]uint16{uplinkIfindex: 0}, // port 0: the uplink's AF_XDP socket
 		SlowPath: true,
 		SlowPort: 1, // port 1: slow

@@ -1,4 +1,4 @@
-package encap_test
+package nexthop_test
 
 import (
 	"net/netip"
@@ -7,50 +7,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdplb/xdplb/encap"
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/engine/nexthop"
 	"github.com/xdplb/xdplb/header"
 )
 
-var (
-	hostB   = netip.MustParseAddr("198.19.2.3")
-	outside = netip.MustParseAddr("198.19.2.4") // resolves through an interface without a port
-)
-
-func newResolver() *fakeResolver {
-	return &fakeResolver{hops: map[netip.Addr]nexthop.Hop{
-		host4:   {IfIndex: 4, SrcMAC: muxMAC, DstMAC: hopMAC},
-		hostB:   {IfIndex: 5, SrcMAC: header.MAC{2, 0, 0, 0, 0, 5}, DstMAC: header.MAC{2, 0, 0, 0, 0xbb, 5}},
-		host6:   {IfIndex: 4, SrcMAC: muxMAC, DstMAC: hopMAC},
-		client4: {IfIndex: 4, SrcMAC: muxMAC, DstMAC: routerMAC},
-		client6: {IfIndex: 4, SrcMAC: muxMAC, DstMAC: routerMAC},
-		outside: {IfIndex: 99},
-	}}
-}
-
-func newNextHop(t testing.TB, mode encap.NextHopMode, r encap.Resolver) *encap.NextHop {
-	s, err := encap.NewNextHop(encap.NextHopConfig{Mode: mode, Ports: map[int]uint16{4: 0, 5: 1}}, r)
-	require.NoError(t, err)
-	return s
-}
-
-// encapsulated returns frames encapsulated towards hosts, in order.
-func encapsulated(t testing.TB, hosts ...netip.Addr) [][]byte {
-	r := newRig(t)
-	e := newEncap(t, encap.EncapConfig{})
-	var out [][]byte
-	for _, h := range hosts {
-		ps := r.load(0, v4pkt().build())
-		balanced(ps, ruleFor(vip4, h), 0)
-		r.run(e)
-		require.Equal(t, "", reason(ps[0]))
-		out = append(out, data(ps[0]))
-	}
-	return out
-}
-
-func TestNextHopOuterDst(t *testing.T) {
+func TestStageOuterDst(t *testing.T) {
 	cases := []struct {
 		name    string
 		host    netip.Addr
@@ -69,10 +31,10 @@ func TestNextHopOuterDst(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			res := newResolver()
-			frame := encapsulated(t, tc.host)[0]
+			frame := tunnel(t, tc.host)
 			ps := r.loadRaw(frame)
 			ps[0].OutPort = 9
-			r.run(newNextHop(t, encap.OuterDst, res))
+			r.run(newNextHop(t, nexthop.OuterDst, res))
 			assert.Equal(t, 1, res.calls)
 			require.Equal(t, tc.reason, reason(ps[0]))
 			if tc.reason != "" {
@@ -88,52 +50,50 @@ func TestNextHopOuterDst(t *testing.T) {
 	}
 }
 
-func TestNextHopL3Dst(t *testing.T) {
-	tagged := pkt{src: vip4, dst: client4, size: 10, vlan: 12}
+func TestStageL3Dst(t *testing.T) {
 	cases := []struct {
-		name string
-		p    pkt
+		name  string
+		frame []byte
 	}{
-		{"IPv4", pkt{src: vip4, dst: client4, size: 10}},
-		{"IPv6", pkt{src: vip6, dst: client6, size: 10}},
-		{"tagged", tagged},
+		{"IPv4", reply(t, vip4, client4, 0)},
+		{"IPv6", reply(t, vip6, client6, 0)},
+		{"tagged", reply(t, vip4, client4, 12)},
 	}
 	r := newRig(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			frame := tc.p.build()
-			ps := r.load(0, frame)
-			r.run(newNextHop(t, encap.L3Dst, newResolver()))
+			ps := r.load(tc.frame)
+			r.run(newNextHop(t, nexthop.L3Dst, newResolver()))
 			require.Equal(t, "", reason(ps[0]))
 			got := ps[0].Data()
 			assert.Equal(t, routerMAC, header.Ethernet(got).Dst())
 			assert.Equal(t, muxMAC, header.Ethernet(got).Src())
-			assert.Equal(t, frame[12:], got[12:])
+			assert.Equal(t, tc.frame[12:], got[12:])
 			assert.Equal(t, uint16(0), ps[0].OutPort)
 		})
 	}
 
 	t.Run("not parsed", func(t *testing.T) {
-		ps := r.load(0, v4pkt().build())
+		ps := r.load(reply(t, vip4, client4, 0))
 		ps[0].Flags = 0
-		r.run(newNextHop(t, encap.L3Dst, newResolver()))
+		r.run(newNextHop(t, nexthop.L3Dst, newResolver()))
 		assert.Equal(t, "unsupported", reason(ps[0]))
 	})
 	t.Run("outer not IP", func(t *testing.T) {
-		f := v4pkt().build()
+		f := reply(t, vip4, client4, 0)
 		f[12], f[13] = 0x08, 0x06 // ARP
 		ps := r.loadRaw(f, f[:10])
-		r.run(newNextHop(t, encap.OuterDst, newResolver()))
+		r.run(newNextHop(t, nexthop.OuterDst, newResolver()))
 		assert.Equal(t, "unsupported", reason(ps[0]))
 		assert.Equal(t, "unsupported", reason(ps[1]))
 	})
 }
 
-// TestNextHopBatchCache: consecutive packets to one address cost one
+// TestStageBatchCache: consecutive packets to one address cost one
 // lookup, hits and misses alike.
-func TestNextHopBatchCache(t *testing.T) {
+func TestStageBatchCache(t *testing.T) {
 	unres := netip.MustParseAddr("198.19.9.9")
-	a, b, u := encapsulated(t, host4)[0], encapsulated(t, hostB)[0], encapsulated(t, unres)[0]
+	a, b, u := tunnel(t, host4), tunnel(t, hostB), tunnel(t, unres)
 	cases := []struct {
 		name    string
 		frames  [][]byte
@@ -150,7 +110,7 @@ func TestNextHopBatchCache(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			res := newResolver()
 			ps := r.loadRaw(tc.frames...)
-			r.run(newNextHop(t, encap.OuterDst, res))
+			r.run(newNextHop(t, nexthop.OuterDst, res))
 			assert.Equal(t, tc.lookups, res.calls)
 			drops := 0
 			for i, p := range ps {
@@ -170,7 +130,7 @@ func TestNextHopBatchCache(t *testing.T) {
 	// Without a version a new batch looks up again (the resolver may have
 	// changed).
 	res := newResolver()
-	s := newNextHop(t, encap.OuterDst, res)
+	s := newNextHop(t, nexthop.OuterDst, res)
 	for range 3 {
 		r.loadRaw(a, a)
 		r.run(s)
@@ -186,15 +146,15 @@ type versionedResolver struct {
 
 func (v *versionedResolver) Version() uint64 { return v.version }
 
-// TestNextHopWorkerCache: with a VersionedResolver the answers are kept
+// TestStageWorkerCache: with a VersionedSource the answers are kept
 // per worker across batches until the version changes or the refresh
 // period passes; misses are not kept beyond their batch; workers do not
 // share entries.
-func TestNextHopWorkerCache(t *testing.T) {
+func TestStageWorkerCache(t *testing.T) {
 	unres := netip.MustParseAddr("198.19.9.9")
-	a, b, u := encapsulated(t, host4)[0], encapsulated(t, hostB)[0], encapsulated(t, unres)[0]
+	a, b, u := tunnel(t, host4), tunnel(t, hostB), tunnel(t, unres)
 	res := &versionedResolver{fakeResolver: newResolver(), version: 1}
-	s := newNextHop(t, encap.OuterDst, res)
+	s := newNextHop(t, nexthop.OuterDst, res)
 	r := newRig(t)
 	batch := func(worker int, frames ...[]byte) []*engine.Packet {
 		ps := r.loadRaw(frames...)
@@ -246,15 +206,15 @@ func TestNextHopWorkerCache(t *testing.T) {
 	require.Equal(t, before+1, res.calls, "one refresh in 1100 batches")
 }
 
-// TestNextHopSlowPath: with SlowPath, what the stage cannot address
+// TestStageSlowPath: with SlowPath, what the stage cannot address
 // (unresolved, or a hop through an interface without a port) leaves
 // through SlowPort untouched instead of being dropped; the resolver is
 // still asked, and resolved destinations are unaffected.
-func TestNextHopSlowPath(t *testing.T) {
+func TestStageSlowPath(t *testing.T) {
 	unres := netip.MustParseAddr("198.19.9.9")
-	a, u, o := encapsulated(t, host4)[0], encapsulated(t, unres)[0], encapsulated(t, outside)[0]
+	a, u, o := tunnel(t, host4), tunnel(t, unres), tunnel(t, outside)
 	res := newResolver()
-	s, err := encap.NewNextHop(encap.NextHopConfig{Mode: encap.OuterDst, Ports: map[int]uint16{4: 0, 5: 1},
+	s, err := nexthop.NewStage(nexthop.StageConfig{Mode: nexthop.OuterDst, Ports: map[int]uint16{4: 0, 5: 1},
 		SlowPath: true, SlowPort: 9}, res)
 	require.NoError(t, err)
 	r := newRig(t)
@@ -270,35 +230,90 @@ func TestNextHopSlowPath(t *testing.T) {
 	require.Equal(t, 4, res.calls, "a, u, o, u: only the last miss is remembered")
 }
 
-func TestNextHopConfig(t *testing.T) {
+func TestStageConfig(t *testing.T) {
 	res := newResolver()
-	for _, c := range []encap.NextHopConfig{
+	for _, c := range []nexthop.StageConfig{
 		{},
 		{Ports: map[int]uint16{0: 1}},
 		{Mode: 7, Ports: map[int]uint16{1: 1}},
 	} {
 		assert.Error(t, c.Validate())
-		_, err := encap.NewNextHop(c, res)
+		_, err := nexthop.NewStage(c, res)
 		assert.Error(t, err)
 	}
-	_, err := encap.NewNextHop(encap.NextHopConfig{Ports: map[int]uint16{1: 0}}, nil)
+	_, err := nexthop.NewStage(nexthop.StageConfig{Ports: map[int]uint16{1: 0}}, nil)
 	assert.Error(t, err)
 
-	for _, m := range []encap.NextHopMode{encap.OuterDst, encap.L3Dst} {
+	for _, m := range []nexthop.Mode{nexthop.OuterDst, nexthop.L3Dst} {
 		b, err := m.MarshalText()
 		require.NoError(t, err)
-		var back encap.NextHopMode
+		var back nexthop.Mode
 		require.NoError(t, back.UnmarshalText(b))
 		assert.Equal(t, m, back)
 	}
-	var m encap.NextHopMode
+	var m nexthop.Mode
 	assert.Error(t, m.UnmarshalText([]byte("nope")))
-	_, err = encap.NextHopMode(9).MarshalText()
+	_, err = nexthop.Mode(9).MarshalText()
 	assert.Error(t, err)
 }
 
-// The real resolver satisfies the interface (checked at compile time in
-// the package too).
-var _ encap.Resolver = (*nexthop.Resolver)(nil)
+// The real resolver is a VersionedSource (checked at compile time in the
+// package too).
+var _ nexthop.VersionedSource = (*nexthop.Resolver)(nil)
 
-var _ engine.Stage = (*encap.NextHop)(nil)
+var _ engine.Stage = (*nexthop.Stage)(nil)
+
+// TestStageNoAllocs: a batch costs no allocation, hits and misses alike.
+func TestStageNoAllocs(t *testing.T) {
+	t4, t6 := tunnel(t, host4), tunnel(t, host6)
+	mixed := [][]byte{t4, t6, t4, tunnel(t, netip.MustParseAddr("198.19.9.9"))}
+	cases := []struct {
+		name   string
+		mode   nexthop.Mode
+		frames [][]byte
+		parse  bool
+	}{
+		{"outer", nexthop.OuterDst, append(repeat(t4, 60), mixed...), false},
+		{"l3", nexthop.L3Dst, repeat(reply(t, vip6, client6, 0), engine.MaxBatch), true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newNextHop(t, tc.mode, newResolver())
+			fx := newFixture(t, tc.frames, tc.parse)
+			allocs := testing.AllocsPerRun(100, func() {
+				b := fx.reset()
+				s.Process(b)
+				b.Compact()
+			})
+			require.Zero(t, allocs)
+			require.Equal(t, "", reason(&fx.r.pool[0]))
+		})
+	}
+}
+
+func BenchmarkStage(b *testing.B) {
+	t4, t6, tB := tunnel(b, host4), tunnel(b, host6), tunnel(b, hostB)
+	var alternating [][]byte
+	for i := range engine.MaxBatch {
+		alternating = append(alternating, [][]byte{t4, t6, tB}[i%3])
+	}
+	cases := []struct {
+		name   string
+		frames [][]byte
+	}{
+		{"same-host", repeat(t4, engine.MaxBatch)},
+		{"alternating-hosts", alternating},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			s := newNextHop(b, nexthop.OuterDst, newResolver())
+			fx := newFixture(b, tc.frames, false)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				s.Process(fx.reset())
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(fx.frames)), "ns/pkt")
+		})
+	}
+}

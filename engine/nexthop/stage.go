@@ -1,4 +1,4 @@
-package encap
+package nexthop
 
 import (
 	"encoding/binary"
@@ -8,68 +8,67 @@ import (
 	"slices"
 
 	"github.com/xdplb/xdplb/engine"
-	"github.com/xdplb/xdplb/engine/nexthop"
 	"github.com/xdplb/xdplb/header"
 )
 
-// Resolver finds the next hop for a destination without blocking: a miss
-// returns false (and the resolver queues the destination for resolution
-// itself). *nexthop.Resolver implements it; tests use a map.
-type Resolver interface {
-	Lookup(dst netip.Addr) (nexthop.Hop, bool)
+// Source finds the next hop for a destination without blocking: a miss
+// returns false (and the source queues the destination for resolution
+// itself). *Resolver implements it.
+type Source interface {
+	Lookup(dst netip.Addr) (Hop, bool)
 }
 
-// NextHopMode says which address of a packet the NextHop stage resolves.
-type NextHopMode uint8
+// Mode says which address of a packet the Stage resolves.
+type Mode uint8
 
 const (
 	// OuterDst resolves the destination of the outermost IP header, which
 	// directly follows an untagged Ethernet header: the backend's host
 	// address the Encap stage wrote. For the Mux.
-	OuterDst NextHopMode = iota
+	OuterDst Mode = iota
 	// L3Dst resolves the destination of the IP header the parser found
 	// (Packet.L3Off): the client, on the Host Agent's DSR return path.
 	L3Dst
 )
 
 // String returns "outer-dst" or "l3-dst".
-func (m NextHopMode) String() string {
+func (m Mode) String() string {
 	switch m {
 	case OuterDst:
 		return "outer-dst"
 	case L3Dst:
 		return "l3-dst"
 	}
-	return fmt.Sprintf("NextHopMode(%d)", uint8(m))
+	return fmt.Sprintf("Mode(%d)", uint8(m))
 }
 
 // MarshalText implements encoding.TextMarshaler.
-func (m NextHopMode) MarshalText() ([]byte, error) {
+func (m Mode) MarshalText() ([]byte, error) {
 	if m > L3Dst {
-		return nil, fmt.Errorf("encap: unknown next-hop mode %d", uint8(m))
+		return nil, fmt.Errorf("nexthop: unknown next-hop mode %d", uint8(m))
 	}
 	return []byte(m.String()), nil
 }
 
 // UnmarshalText implements encoding.TextUnmarshaler; the empty string
 // means OuterDst.
-func (m *NextHopMode) UnmarshalText(b []byte) error {
+func (m *Mode) UnmarshalText(b []byte) error {
 	switch string(b) {
 	case "", "outer-dst":
 		*m = OuterDst
 	case "l3-dst":
 		*m = L3Dst
 	default:
-		return fmt.Errorf(`encap: unknown next-hop mode %q (want "outer-dst" or "l3-dst")`, b)
+		return fmt.Errorf(`nexthop: unknown next-hop mode %q (want "outer-dst" or "l3-dst")`, b)
 	}
 	return nil
 }
 
-// NextHopConfig is the plain configuration of a NextHop stage.
-type NextHopConfig struct {
+// StageConfig is the plain configuration of a Stage.
+type StageConfig struct {
 	// Mode says which address to resolve.
-	Mode NextHopMode
-	// Ports maps an egress interface index (nexthop.Hop.IfIndex) to the
+	Mode Mode
+	// Ports maps an egress interface index (Hop.IfIndex) to the
 	// index of the worker port that transmits on that interface
 	// (Packet.OutPort). A hop through an interface not listed is dropped
 	// with no_out_port.
@@ -86,54 +85,54 @@ type NextHopConfig struct {
 }
 
 // Validate reports a configuration that cannot work.
-func (c NextHopConfig) Validate() error {
+func (c StageConfig) Validate() error {
 	if c.Mode > L3Dst {
-		return fmt.Errorf("encap: unknown next-hop mode %d", uint8(c.Mode))
+		return fmt.Errorf("nexthop: unknown next-hop mode %d", uint8(c.Mode))
 	}
 	if len(c.Ports) == 0 {
-		return errors.New("encap: NextHopConfig.Ports is empty")
+		return errors.New("nexthop: StageConfig.Ports is empty")
 	}
 	for ifi := range c.Ports {
 		if ifi <= 0 {
-			return fmt.Errorf("encap: NextHopConfig.Ports: invalid interface index %d", ifi)
+			return fmt.Errorf("nexthop: StageConfig.Ports: invalid interface index %d", ifi)
 		}
 	}
 	return nil
 }
 
-// NextHop is the stage that addresses frames to their next hop: for each
-// packet it resolves an address (NextHopConfig.Mode), writes the hop's
+// Stage is the stage that addresses frames to their next hop: for each
+// packet it resolves an address (StageConfig.Mode), writes the hop's
 // MACs as the frame's Ethernet source and destination and sets
 // Packet.OutPort to the port of the hop's interface. An unresolved
 // destination is dropped with nexthop_unresolved (the resolver is already
-// resolving it), or with NextHopConfig.SlowPath sent through the kernel;
+// resolving it), or with StageConfig.SlowPath sent through the kernel;
 // a non-IP frame is dropped with unsupported.
 //
 // Answers are cached per worker (engine.PerWorker, keyed by Batch.Worker)
 // in a direct-mapped table of 1024 destinations (40 KiB). With a
-// VersionedResolver (*nexthop.Resolver is one) the cache is emptied — by
+// VersionedSource (*Resolver is one) the cache is emptied — by
 // moving to a new generation, not by clearing it — when the resolver's
 // version changes, and every hopCacheRefresh batches so that destinations
 // in use are looked up now and then (the resolver forgets idle ones); with
-// any other Resolver, every batch. A miss is remembered for
+// any other Source, every batch. A miss is remembered for
 // the rest of the batch only, so a destination that becomes resolvable is
 // used from the next batch on.
 //
 // It is safe for concurrent use by the workers of one engine.Engine
 // (distinct Batch.Worker indices).
-type NextHop struct {
-	cfg    NextHopConfig
-	r      Resolver
-	vr     VersionedResolver // r, when it is one; nil otherwise
-	ports  []ifPort          // few entries: a linear scan, behind the cache
+type Stage struct {
+	cfg    StageConfig
+	r      Source
+	vr     VersionedSource // r, when it is one; nil otherwise
+	ports  []ifPort        // few entries: a linear scan, behind the cache
 	caches engine.PerWorker[hopCache]
 }
 
-// VersionedResolver is a Resolver that numbers its states: Version changes
-// whenever any answer of Lookup may have changed. NextHop caches its
+// VersionedSource is a Source that numbers its states: Version changes
+// whenever any answer of Lookup may have changed. Stage caches its
 // answers per worker while the version holds.
-type VersionedResolver interface {
-	Resolver
+type VersionedSource interface {
+	Source
 	Version() uint64
 }
 
@@ -174,16 +173,16 @@ type ifPort struct {
 	port    uint16
 }
 
-// NewNextHop validates cfg and returns a NextHop stage resolving through r.
-func NewNextHop(cfg NextHopConfig, r Resolver) (*NextHop, error) {
+// NewStage validates cfg and returns a Stage resolving through r.
+func NewStage(cfg StageConfig, r Source) (*Stage, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if r == nil {
-		return nil, errors.New("encap: NewNextHop: nil Resolver")
+		return nil, errors.New("nexthop: NewStage: nil Source")
 	}
-	s := &NextHop{cfg: cfg, r: r}
-	s.vr, _ = r.(VersionedResolver)
+	s := &Stage{cfg: cfg, r: r}
+	s.vr, _ = r.(VersionedSource)
 	for ifi, port := range cfg.Ports {
 		s.ports = append(s.ports, ifPort{ifi, port})
 	}
@@ -192,10 +191,10 @@ func NewNextHop(cfg NextHopConfig, r Resolver) (*NextHop, error) {
 }
 
 // Config returns the stage's configuration.
-func (s *NextHop) Config() NextHopConfig { return s.cfg }
+func (s *Stage) Config() StageConfig { return s.cfg }
 
 // Process implements engine.Stage.
-func (s *NextHop) Process(b *engine.Batch) {
+func (s *Stage) Process(b *engine.Batch) {
 	c := s.caches.Get(b.Worker)
 	if c == nil {
 		// A worker index past engine.MaxWorkers: remember the last
@@ -222,7 +221,7 @@ func (s *NextHop) Process(b *engine.Batch) {
 
 // process addresses b's packets through the direct-mapped cache e (a power
 // of two in length), whose entries of generation gen are valid.
-func (s *NextHop) process(b *engine.Batch, e []hopEntry, gen uint32) {
+func (s *Stage) process(b *engine.Batch, e []hopEntry, gen uint32) {
 	mask := uint64(len(e) - 1)
 	// The last miss of this batch, so that a burst to an unresolved
 	// destination costs one lookup.
@@ -258,7 +257,7 @@ func (s *NextHop) process(b *engine.Batch, e []hopEntry, gen uint32) {
 
 // miss handles a packet the stage cannot address: the slow path, or a
 // drop with reason r.
-func (s *NextHop) miss(b *engine.Batch, p *engine.Packet, r engine.DropReason) {
+func (s *Stage) miss(b *engine.Batch, p *engine.Packet, r engine.DropReason) {
 	if s.cfg.SlowPath {
 		p.OutPort = s.cfg.SlowPort
 		return
@@ -268,7 +267,7 @@ func (s *NextHop) miss(b *engine.Batch, p *engine.Packet, r engine.DropReason) {
 
 // fill asks the resolver for a destination and caches the answer in e, or
 // returns why the packet cannot be sent (e is then left as it was).
-func (s *NextHop) fill(e *hopEntry, a0, a1 uint64, family uint8, gen uint32) engine.DropReason {
+func (s *Stage) fill(e *hopEntry, a0, a1 uint64, family uint8, gen uint32) engine.DropReason {
 	var a netip.Addr
 	if family == 4 {
 		a = netip.AddrFrom4([4]byte{byte(a1), byte(a1 >> 8), byte(a1 >> 16), byte(a1 >> 24)})
@@ -291,7 +290,7 @@ func (s *NextHop) fill(e *hopEntry, a0, a1 uint64, family uint8, gen uint32) eng
 }
 
 // port returns the engine port of an interface.
-func (s *NextHop) port(ifindex int) (uint16, bool) {
+func (s *Stage) port(ifindex int) (uint16, bool) {
 	for _, e := range s.ports {
 		if e.ifindex == ifindex {
 			return e.port, true
@@ -303,7 +302,7 @@ func (s *NextHop) port(ifindex int) (uint16, bool) {
 // dest returns the address to resolve for p as two little-endian words
 // (an IPv4 address in the low half of a1) and its family (4 or 6), or
 // family 0 when the frame has no address for the mode.
-func (s *NextHop) dest(p *engine.Packet) (a0, a1 uint64, family uint8) {
+func (s *Stage) dest(p *engine.Packet) (a0, a1 uint64, family uint8) {
 	data := p.Data()
 	if s.cfg.Mode == OuterDst {
 		if len(data) < header.EthernetSize {
@@ -340,5 +339,5 @@ func dst6(data []byte, l3 int) (uint64, uint64, uint8) {
 	return binary.LittleEndian.Uint64(data[l3+24:]), binary.LittleEndian.Uint64(data[l3+32:]), 6
 }
 
-var _ VersionedResolver = (*nexthop.Resolver)(nil)
-var _ engine.Stage = (*NextHop)(nil)
+var _ VersionedSource = (*Resolver)(nil)
+var _ engine.Stage = (*Stage)(nil)
