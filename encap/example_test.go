@@ -16,15 +16,6 @@ import (
 	"github.com/xdplb/xdplb/header"
 )
 
-// staticHops is a Resolver with fixed answers; a Mux uses a
-// *nexthop.Resolver, which follows the kernel's routes and neighbours.
-type staticHops map[netip.Addr]nexthop.Hop
-
-func (s staticHops) Lookup(dst netip.Addr) (nexthop.Hop, bool) {
-	h, ok := s[dst]
-	return h, ok
-}
-
 // clientFrame is a UDP datagram from a client to a VIP, as the router
 // hands it to the Mux.
 func clientFrame() []byte {
@@ -63,8 +54,10 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	hops := staticHops{netip.MustParseAddr("198.19.2.2"): {
-		IfIndex: 2, SrcMAC: [6]byte{2, 0, 0, 0, 0, 2}, DstMAC: [6]byte{2, 0, 0, 0, 0, 0xfe}}}
+	// Fixed next hops; a Mux uses a *nexthop.Resolver, which follows the
+	// kernel's routes and neighbours.
+	hops := nexthop.Static{Hops: map[netip.Addr]nexthop.Hop{netip.MustParseAddr("198.19.2.2"): {
+		IfIndex: 2, SrcMAC: [6]byte{2, 0, 0, 0, 0, 2}, DstMAC: [6]byte{2, 0, 0, 0, 0, 0xfe}}}}
 	nh, err := nexthop.NewStage(nexthop.StageConfig{Mode: nexthop.OuterDst, Ports: map[int]uint16{2: 0}}, hops)
 	if err != nil {
 		panic(err)

@@ -54,16 +54,9 @@ var (
 	uplinkIndex = 7
 )
 
-// fixedHop resolves every destination to the router through the uplink.
-type fixedHop struct{}
-
-func (fixedHop) Lookup(netip.Addr) (nexthop.Hop, bool) {
-	return nexthop.Hop{IfIndex: uplinkIndex, SrcMAC: [6]byte(uplinkMAC), DstMAC: [6]byte(routerMAC)}, true
-}
-
-// Version makes fixedHop a VersionedResolver whose answers never change,
+// fixedHop resolves every destination to the router through the uplink,
 // as a warm nexthop.Resolver between route or neighbour changes.
-func (fixedHop) Version() uint64 { return 1 }
+var fixedHop = nexthop.Static{Default: nexthop.Hop{IfIndex: uplinkIndex, SrcMAC: [6]byte(uplinkMAC), DstMAC: [6]byte(routerMAC)}}
 
 type pipeRig struct {
 	a     *Agent
@@ -115,7 +108,7 @@ func agentPipelines(t testing.TB, doc *control.Document, natCapacity int) (*Agen
 		Direct: slowPort(plan), HasDirect: true})
 	require.NoError(t, err)
 	tr.SetDIPs(dips)
-	inbound, returns, err := a.pipelines(plan, tr, uplinkIndex, fixedHop{})
+	inbound, returns, err := a.pipelines(plan, tr, uplinkIndex, fixedHop)
 	require.NoError(t, err)
 	return a, plan, tr, inbound, returns
 }

@@ -101,16 +101,10 @@ func benchDocument(tb testing.TB) *control.Document {
 	return doc
 }
 
-// fixedResolver answers every destination with benchHop, as a warm
-// nexthop.Resolver answers from its cache.
-type fixedResolver struct{}
-
-func (fixedResolver) Lookup(netip.Addr) (nexthop.Hop, bool) { return benchHop, true }
-
-// Version makes fixedResolver a VersionedResolver whose answers never
-// change, as a warm nexthop.Resolver between route or neighbour changes:
-// NextHop caches its answers per worker.
-func (fixedResolver) Version() uint64 { return 1 }
+// benchHops answers every destination with benchHop, as a warm
+// nexthop.Resolver answers from its cache between route or neighbour
+// changes (the next-hop stage caches its answers per worker).
+var benchHops = nexthop.Static{Default: benchHop}
 
 // benchKind is the shape of a generated frame.
 type benchKind uint8
@@ -306,7 +300,7 @@ func ourMuxStages(tb testing.TB, doc *control.Document, ct *flow.ConnTable) []en
 	require.NoError(tb, err)
 	enc, err := encap.NewEncap(encap.EncapConfig{SourceV4: benchMuxSrc, DecrementTTL: true})
 	require.NoError(tb, err)
-	nh, err := nexthop.NewStage(nexthop.StageConfig{Mode: nexthop.OuterDst, Ports: map[int]uint16{benchUplink: 0}}, fixedResolver{})
+	nh, err := nexthop.NewStage(nexthop.StageConfig{Mode: nexthop.OuterDst, Ports: map[int]uint16{benchUplink: 0}}, benchHops)
 	require.NoError(tb, err)
 	acct := balance.NewAccount(balance.AccountConfig{Encapsulated: true, Rules: rules})
 	src, err := guard.NewSources(guard.SourcesConfig{Rules: rules, Node: []netip.Addr{benchMuxSrc}, Infra: filterPrefixes(doc)})
@@ -398,7 +392,7 @@ func newMuxPeer(tb testing.TB, doc *control.Document, flows int) *muxPeer {
 		rules:    map[peerVIP]*peerRule{},
 		conns:    make(map[flow.Key]int32, flows),
 		hasher:   flow.NewHasher(doc.HashSeed),
-		resolver: fixedResolver{},
+		resolver: benchHops,
 		src4:     benchMuxSrc.AsSlice(),
 		buf:      gopacket.NewSerializeBuffer(),
 	}

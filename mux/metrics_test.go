@@ -25,7 +25,7 @@ import (
 
 // metricsDoc serves benchVIPs (so buildBenchFrame makes their traffic)
 // with a few backends each, on IPv4 and IPv6 hosts; backend web4/c's host,
-// 198.18.254.99, has no next hop in the tests (partialResolver): its
+// 198.18.254.99, has no next hop in the tests (partialHops): its
 // frames take the slow path (port 1, the kernel's in a running Mux).
 const metricsDoc = `
 version: %d
@@ -69,17 +69,10 @@ func metricsDocument(t *testing.T, version int, web []string) *control.Document 
 	return doc
 }
 
-// partialResolver answers every destination with benchHop except
+// partialHops answers every destination with benchHop except
 // 198.18.254.99, which stays unresolved (sent to the slow path by the
 // next-hop stage).
-type partialResolver struct{}
-
-func (partialResolver) Lookup(a netip.Addr) (nexthop.Hop, bool) {
-	if a == netip.MustParseAddr("198.18.254.99") {
-		return nexthop.Hop{}, false
-	}
-	return benchHop, true
-}
+var partialHops = nexthop.Static{Default: benchHop, Hops: map[netip.Addr]nexthop.Hop{netip.MustParseAddr("198.18.254.99"): {}}}
 
 // metricsRig is a Mux that has applied a document, without a data path of
 // its own: its workers run the Mux's pipeline (Mux.pipeline) over
@@ -102,7 +95,7 @@ func newMetricsRig(t *testing.T, workers int) *metricsRig {
 	require.NoError(t, m.ctl.Apply(doc))
 	r := &metricsRig{m: m}
 	for i := 0; i < workers; i++ {
-		pl, err := m.pipeline(doc.HashSeed, benchUplink, partialResolver{}, workers)
+		pl, err := m.pipeline(doc.HashSeed, benchUplink, partialHops, workers)
 		require.NoError(t, err)
 		mp, err := engine.NewMemPort(engine.MemPortConfig{Name: fmt.Sprintf("uplink:%d", i), Capture: true})
 		require.NoError(t, err)

@@ -84,7 +84,7 @@ func TestOneVersionPerBatch(t *testing.T) {
 			}
 		}
 	})
-	pl, err := m.pipeline(7, benchUplink, partialResolver{}, 1)
+	pl, err := m.pipeline(7, benchUplink, partialHops, 1)
 	require.NoError(t, err)
 	port, err := engine.NewMemPort(engine.MemPortConfig{Name: "uplink"})
 	require.NoError(t, err)

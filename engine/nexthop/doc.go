@@ -15,7 +15,8 @@
 // nexthop_unresolved while the resolver resolves the address, or handed
 // to the kernel through a slow-path port (StageConfig.SlowPath,
 // engine/rawip). Answers are cached per worker while the Source's
-// version holds.
+// version holds. Static is a Source with fixed answers, for tests,
+// examples and data paths whose next hops never change.
 //
 // # Hot path
 //

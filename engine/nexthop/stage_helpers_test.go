@@ -71,27 +71,28 @@ func reply(t testing.TB, src, dst netip.Addr, vlan uint16) []byte {
 	return gpkt.Serialize(t, append(ls, ip, &layers.UDP{SrcPort: 80, DstPort: 40000}, gopacket.Payload("0123456789"))...)
 }
 
-// fakeResolver answers from a map and counts lookups.
+// fakeResolver is a nexthop.Static that counts lookups and, unlike
+// Static, is not versioned: the stage looks its answers up again every
+// batch.
 type fakeResolver struct {
-	hops  map[netip.Addr]nexthop.Hop
-	calls int
+	static nexthop.Static // a field, not embedded: its Version must not be promoted
+	calls  int
 }
 
 func (f *fakeResolver) Lookup(a netip.Addr) (nexthop.Hop, bool) {
 	f.calls++
-	h, ok := f.hops[a]
-	return h, ok
+	return f.static.Lookup(a)
 }
 
 func newResolver() *fakeResolver {
-	return &fakeResolver{hops: map[netip.Addr]nexthop.Hop{
+	return &fakeResolver{static: nexthop.Static{Hops: map[netip.Addr]nexthop.Hop{
 		host4:   {IfIndex: 4, SrcMAC: muxMAC, DstMAC: hopMAC},
 		hostB:   {IfIndex: 5, SrcMAC: header.MAC{2, 0, 0, 0, 0, 5}, DstMAC: header.MAC{2, 0, 0, 0, 0xbb, 5}},
 		host6:   {IfIndex: 4, SrcMAC: muxMAC, DstMAC: hopMAC},
 		client4: {IfIndex: 4, SrcMAC: muxMAC, DstMAC: routerMAC},
 		client6: {IfIndex: 4, SrcMAC: muxMAC, DstMAC: routerMAC},
 		outside: {IfIndex: 99},
-	}}
+	}}}
 }
 
 func newNextHop(t testing.TB, mode nexthop.Mode, r nexthop.Source) *nexthop.Stage {

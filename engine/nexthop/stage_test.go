@@ -118,9 +118,9 @@ func TestStageBatchCache(t *testing.T) {
 					drops++
 					continue
 				}
-				want := res.hops[host4]
+				want := res.static.Hops[host4]
 				if &tc.frames[i][0] == &b[0] {
-					want = res.hops[hostB]
+					want = res.static.Hops[hostB]
 				}
 				assert.Equal(t, header.MAC(want.DstMAC), header.Ethernet(p.Data()).Dst(), "packet %d", i)
 			}
@@ -170,7 +170,7 @@ func TestStageWorkerCache(t *testing.T) {
 	require.Equal(t, 3, res.calls, "another worker has its own cache")
 
 	// A route change: the hop of hostB moves to interface 4.
-	res.hops[hostB] = nexthop.Hop{IfIndex: 4, SrcMAC: muxMAC, DstMAC: header.MAC{2, 0, 0, 0, 0xcc, 4}}
+	res.static.Hops[hostB] = nexthop.Hop{IfIndex: 4, SrcMAC: muxMAC, DstMAC: header.MAC{2, 0, 0, 0, 0xcc, 4}}
 	ps := batch(0, b)
 	require.Equal(t, header.MAC{2, 0, 0, 0, 0xbb, 5}, header.Ethernet(ps[0].Data()).Dst(), "same version: cached")
 	res.version++
@@ -186,7 +186,7 @@ func TestStageWorkerCache(t *testing.T) {
 	for _, p := range ps {
 		require.Equal(t, "nexthop_unresolved", reason(p))
 	}
-	res.hops[unres] = nexthop.Hop{IfIndex: 5, SrcMAC: muxMAC, DstMAC: hopMAC}
+	res.static.Hops[unres] = nexthop.Hop{IfIndex: 5, SrcMAC: muxMAC, DstMAC: hopMAC}
 	ps = batch(0, u)
 	require.Equal(t, "", reason(ps[0]), "resolved since the last batch")
 
