@@ -11,6 +11,7 @@ import (
 
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
 // TestAccountReaderNeverBlocksWorker: while a reader holds one half of an
@@ -29,10 +30,7 @@ func TestAccountReaderNeverBlocksWorker(t *testing.T) {
 	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: net.IP{198, 18, 0, 10}, DstIP: net.IP{198, 18, 100, 1}}
 	udp := &layers.UDP{SrcPort: 1000, DstPort: 53}
 	_ = udp.SetNetworkLayerForChecksum(ip)
-	buf := gopacket.NewSerializeBuffer()
-	require.NoError(t, gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
-		eth, ip, udp, gopacket.Payload(make([]byte, 72))))
-	frame := buf.Bytes() // a 100-byte IP packet
+	frame := gpkt.Serialize(t, eth, ip, udp, gopacket.Payload(make([]byte, 72))) // a 100-byte IP packet
 
 	var (
 		pool  [4]engine.Packet

@@ -16,6 +16,7 @@ import (
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/internal/lab/benchutil"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
 // acctFlow is one client flow of the accounting tests.
@@ -61,11 +62,7 @@ func (f acctFlow) frame(payload int) []byte {
 		ls = append(ls, u)
 	}
 	ls = append(ls, gopacket.Payload(make([]byte, payload)))
-	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
-		panic(err)
-	}
-	fr := buf.Bytes()
+	fr := gpkt.MustSerialize(ls...)
 	if len(fr) < 60 {
 		fr = append(fr, make([]byte, 60-len(fr))...)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/xdplb/xdplb/balance"
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
 var (
@@ -67,11 +68,7 @@ func (p pkt) build() []byte {
 		_ = u.SetNetworkLayerForChecksum(nl)
 		ls = append(ls, u, gopacket.Payload("data"))
 	}
-	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
-		panic(err)
-	}
-	return buf.Bytes()
+	return gpkt.MustSerialize(ls...)
 }
 
 func backends(n int, weight uint32) []flow.Backend {

@@ -40,7 +40,7 @@ func wantEncap(inner []byte, src, dst netip.Addr, sport uint16, tos uint8, label
 		_ = u.SetNetworkLayerForChecksum(ip6)
 		ip = ip6
 	}
-	b := serialize(eth, ip, u, vx, gopacket.Payload(inner))
+	b := gpkt.MustSerialize(eth, ip, u, vx, gopacket.Payload(inner))
 	if dst.Is4() || !v6csum {
 		binary.BigEndian.PutUint16(b[14+iphdr+6:], 0)
 	}

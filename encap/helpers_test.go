@@ -111,16 +111,8 @@ func (p pkt) build() []byte {
 		ls = append(ls, ic)
 	}
 	ls = append(ls, gopacket.Payload(payload))
-	b := serialize(ls...)
+	b := gpkt.MustSerialize(ls...)
 	return append(b, make([]byte, p.pad)...)
-}
-
-func serialize(ls ...gopacket.SerializableLayer) []byte {
-	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
-		panic(err)
-	}
-	return append([]byte(nil), buf.Bytes()...)
 }
 
 // ruleFor returns a rule with one backend on host (directly, without a
@@ -284,7 +276,7 @@ func (v vxlan) build() []byte {
 	u := &layers.UDP{SrcPort: layers.UDPPort(v.sport), DstPort: layers.UDPPort(dport)}
 	_ = u.SetNetworkLayerForChecksum(nl)
 	ls = append(ls, u, &layers.VXLAN{ValidIDFlag: !v.noIFlag, VNI: v.vni}, gopacket.Payload(v.inner))
-	b := serialize(ls...)
+	b := gpkt.MustSerialize(ls...)
 	l3 := 14
 	if v.vlan != 0 {
 		l3 += 4

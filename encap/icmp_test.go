@@ -43,14 +43,14 @@ func wantICMP(orig pkt, mtu uint32) []byte {
 		q := frame[l3:][:576-28]
 		ip := &layers.IPv4{Version: 4, TTL: 64, Flags: layers.IPv4DontFragment, Protocol: layers.IPProtocolICMPv4, SrcIP: orig.dst.AsSlice(), DstIP: orig.src.AsSlice()}
 		ic := &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(3, 4), Seq: uint16(mtu)}
-		return serialize(append(ls, ip, ic, gopacket.Payload(q))...)
+		return gpkt.MustSerialize(append(ls, ip, ic, gopacket.Payload(q))...)
 	}
 	q := frame[l3:][:1280-48]
 	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolICMPv6, SrcIP: orig.dst.AsSlice(), DstIP: orig.src.AsSlice()}
 	ic := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(2, 0)}
 	_ = ic.SetNetworkLayerForChecksum(ip)
 	body := binary.BigEndian.AppendUint32(nil, mtu)
-	return serialize(append(ls, ip, ic, gopacket.Payload(append(body, q...)))...)
+	return gpkt.MustSerialize(append(ls, ip, ic, gopacket.Payload(append(body, q...)))...)
 }
 
 func TestICMPTooBigGolden(t *testing.T) {

@@ -86,8 +86,6 @@ func haBenchClient(i int) netip.AddrPort {
 func haBenchFrames(tb testing.TB, n int) (in [][]byte, ret [2][][]byte) {
 	require.LessOrEqual(tb, n, 1<<16)
 	data := string(make([]byte, 10))
-	buf := gopacket.NewSerializeBuffer()
-	opts := gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}
 	for i := 0; i < n; i++ {
 		be := haBackends[i%2]
 		c := haBenchClient(i)
@@ -98,8 +96,7 @@ func haBenchFrames(tb testing.TB, n int) (in [][]byte, ret [2][][]byte) {
 		udp := &layers.UDP{SrcPort: layers.UDPPort(49152 + i%16384), DstPort: 4789}
 		_ = udp.SetNetworkLayerForChecksum(ip)
 		vx := &layers.VXLAN{ValidIDFlag: true, VNI: 100}
-		require.NoError(tb, gopacket.SerializeLayers(buf, opts, eth, ip, udp, vx, gopacket.Payload(inner)))
-		in = append(in, append([]byte(nil), buf.Bytes()...))
+		in = append(in, gpkt.Serialize(tb, eth, ip, udp, vx, gopacket.Payload(inner)))
 		ret[i%2] = append(ret[i%2], gpkt.Serialize(tb, tcpLayers(uplinkMAC, be.mac, be.dip, c, false, true, data)...))
 	}
 	return in, ret

@@ -13,6 +13,7 @@ import (
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/header"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 	"github.com/xdplb/xdplb/nat"
 )
 
@@ -129,17 +130,12 @@ func (p pkt) frame() []byte {
 		_ = i.SetNetworkLayerForChecksum(nl)
 		l4 = i
 	}
-	opts := gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}
 	if p.frag == 0 {
-		return serialize(opts, eth, nl.(gopacket.SerializableLayer), l4, gopacket.Payload(p.payload))
+		return gpkt.MustSerialize(eth, nl.(gopacket.SerializableLayer), l4, gopacket.Payload(p.payload))
 	}
 	// Fragments: the transport segment of the whole datagram (checksum
 	// over all of it), split at byte 24.
-	seg := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(seg, opts, l4, gopacket.Payload(p.payload)); err != nil {
-		panic(err)
-	}
-	all := seg.Bytes()
+	all := gpkt.MustSerialize(l4, gopacket.Payload(p.payload))
 	part, off, more := all[:24], 0, true
 	if p.frag == 2 {
 		part, off, more = all[24:], 24, false
@@ -149,7 +145,7 @@ func (p pkt) frame() []byte {
 		if more {
 			ip4.Flags = layers.IPv4MoreFragments
 		}
-		return serialize(opts, eth, ip4, gopacket.Payload(part))
+		return gpkt.MustSerialize(eth, ip4, gopacket.Payload(part))
 	}
 	fh := make([]byte, 8, 8+len(part))
 	fh[0] = proto
@@ -160,15 +156,7 @@ func (p pkt) frame() []byte {
 	binary.BigEndian.PutUint16(fh[2:], fo)
 	binary.BigEndian.PutUint32(fh[4:], 0xabcd)
 	ip6.NextHeader = layers.IPProtocolIPv6Fragment
-	return serialize(opts, eth, ip6, gopacket.Payload(append(fh, part...)))
-}
-
-func serialize(opts gopacket.SerializeOptions, ls ...gopacket.SerializableLayer) []byte {
-	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, opts, ls...); err != nil {
-		panic(err)
-	}
-	return buf.Bytes()
+	return gpkt.MustSerialize(eth, ip6, gopacket.Payload(append(fh, part...)))
 }
 
 // gopacketChecksumsOK decodes frame with gopacket, serialises the decoded
@@ -365,7 +353,6 @@ func icmpErr(src, dst netip.Addr, dstMAC header.MAC, quoted pkt, n int, portUnre
 		q = q[:n]
 	}
 	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0xee, 1}, DstMAC: net.HardwareAddr(dstMAC[:])}
-	opts := gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}
 	if src.Is4() {
 		eth.EthernetType = layers.EthernetTypeIPv4
 		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolICMPv4, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
@@ -373,7 +360,7 @@ func icmpErr(src, dst netip.Addr, dstMAC header.MAC, quoted pkt, n int, portUnre
 		if portUnreach {
 			m = &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeDestinationUnreachable, layers.ICMPv4CodePort)}
 		}
-		return serialize(opts, eth, ip, m, gopacket.Payload(q))
+		return gpkt.MustSerialize(eth, ip, m, gopacket.Payload(q))
 	}
 	eth.EthernetType = layers.EthernetTypeIPv6
 	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolICMPv6, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
@@ -384,5 +371,5 @@ func icmpErr(src, dst netip.Addr, dstMAC header.MAC, quoted pkt, n int, portUnre
 		body = []byte{0, 0, 0, 0}
 	}
 	_ = m.SetNetworkLayerForChecksum(ip)
-	return serialize(opts, eth, ip, m, gopacket.Payload(append(body, q...)))
+	return gpkt.MustSerialize(eth, ip, m, gopacket.Payload(append(body, q...)))
 }

@@ -72,7 +72,8 @@ func TestICMPErrorsInbound(t *testing.T) {
 }
 
 // fixICMPv4Checksum recomputes the ICMP checksum of an Ethernet/IPv4/ICMP
-// frame with gopacket.
+// frame with gopacket, lengths as they are (not gpkt.Serialize, which
+// fixes them).
 func fixICMPv4Checksum(frame []byte) {
 	pk := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.Default)
 	var ls []gopacket.SerializableLayer
@@ -83,7 +84,11 @@ func fixICMPv4Checksum(frame []byte) {
 			break
 		}
 	}
-	copy(frame, serialize(gopacket.SerializeOptions{ComputeChecksums: true}, ls...))
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{ComputeChecksums: true}, ls...); err != nil {
+		panic(err)
+	}
+	copy(frame, buf.Bytes())
 }
 
 // TestICMPErrorsReturn: an ICMP error the VM sends about a client packet

@@ -11,6 +11,7 @@ import (
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/header"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 	"github.com/xdplb/xdplb/nat"
 )
 
@@ -156,7 +157,7 @@ func swapEndpoints(t *testing.T, frame []byte) []byte {
 			break
 		}
 	}
-	return serialize(gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...)
+	return gpkt.MustSerialize(ls...)
 }
 
 func endpoints(t *testing.T, pk gopacket.Packet) (src, dst netip.AddrPort) {

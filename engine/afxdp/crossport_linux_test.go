@@ -15,6 +15,7 @@ import (
 
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/engine/afxdp"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
 var rings = []struct {
@@ -34,10 +35,7 @@ func udpFrame(tb testing.TB, dstMAC, srcMAC net.HardwareAddr, src, dst netip.Add
 		SrcIP: src.Addr().AsSlice(), DstIP: dst.Addr().AsSlice()}
 	udp := &layers.UDP{SrcPort: layers.UDPPort(src.Port()), DstPort: layers.UDPPort(dst.Port())}
 	require.NoError(tb, udp.SetNetworkLayerForChecksum(ip))
-	buf := gopacket.NewSerializeBuffer()
-	require.NoError(tb, gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
-		eth, ip, udp, gopacket.Payload(pl)))
-	return buf.Bytes()
+	return gpkt.Serialize(tb, eth, ip, udp, gopacket.Payload(pl))
 }
 
 // TestCrossPortMemPort moves frames both ways between an AF_XDP port and a

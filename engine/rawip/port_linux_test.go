@@ -13,6 +13,7 @@ import (
 
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/engine/rawip"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 	"github.com/xdplb/xdplb/internal/lab/netlab"
 )
 
@@ -42,9 +43,7 @@ func frame(t *testing.T, src, dst netip.AddrPort, vlan bool, payload string) []b
 		eth.EthernetType = et
 	}
 	ls = append(ls, ip.(gopacket.SerializableLayer), udp, gopacket.Payload(payload))
-	buf := gopacket.NewSerializeBuffer()
-	require.NoError(t, gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...))
-	return buf.Bytes()
+	return gpkt.Serialize(t, ls...)
 }
 
 // TestPortSendsThroughTheKernel: frames from a non-local source (a VIP, as

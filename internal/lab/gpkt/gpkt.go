@@ -5,6 +5,7 @@
 package gpkt
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/google/gopacket"
@@ -14,29 +15,51 @@ import (
 // Serialize serialises ls with gopacket, lengths and checksums computed
 // (FixLengths, ComputeChecksums), and returns a copy of the bytes. A TCP,
 // UDP or ICMPv6 layer takes the IPv4 or IPv6 layer before it for its
-// pseudo-header checksum unless one was set already.
+// pseudo-header checksum. A failure fails the test.
 func Serialize(tb testing.TB, ls ...gopacket.SerializableLayer) []byte {
 	tb.Helper()
+	b, err := serialize(ls)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// MustSerialize is Serialize for frame builders that have no testing.TB
+// (table entries, benchmark fixtures): it panics on a failure.
+func MustSerialize(ls ...gopacket.SerializableLayer) []byte {
+	b, err := serialize(ls)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func serialize(ls []gopacket.SerializableLayer) ([]byte, error) {
 	var nl gopacket.NetworkLayer
 	for _, l := range ls {
+		var err error
 		switch l := l.(type) {
 		case *layers.IPv4:
 			nl = l
 		case *layers.IPv6:
 			nl = l
 		case *layers.TCP:
-			setNetworkLayer(tb, l, nl)
+			err = setNetworkLayer(l, nl)
 		case *layers.UDP:
-			setNetworkLayer(tb, l, nl)
+			err = setNetworkLayer(l, nl)
 		case *layers.ICMPv6:
-			setNetworkLayer(tb, l, nl)
+			err = setNetworkLayer(l, nl)
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
 	buf := gopacket.NewSerializeBuffer()
 	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
-		tb.Fatalf("gpkt: serialising %d layers: %v", len(ls), err)
+		return nil, fmt.Errorf("gpkt: serialising %d layers: %w", len(ls), err)
 	}
-	return append([]byte(nil), buf.Bytes()...)
+	return append([]byte(nil), buf.Bytes()...), nil
 }
 
 // checksummer is a layer whose checksum covers a pseudo-header.
@@ -44,14 +67,14 @@ type checksummer interface {
 	SetNetworkLayerForChecksum(gopacket.NetworkLayer) error
 }
 
-func setNetworkLayer(tb testing.TB, l checksummer, nl gopacket.NetworkLayer) {
-	tb.Helper()
+func setNetworkLayer(l checksummer, nl gopacket.NetworkLayer) error {
 	if nl == nil {
-		return // no IP layer before it: the caller set one, or gopacket says so
+		return nil // no IP layer before it: the caller set one, or gopacket says so
 	}
 	if err := l.SetNetworkLayerForChecksum(nl); err != nil {
-		tb.Fatalf("gpkt: %v", err)
+		return fmt.Errorf("gpkt: %w", err)
 	}
+	return nil
 }
 
 // Sum is the one's-complement sum of b (RFC 1071) added to initial, folded

@@ -42,3 +42,14 @@ func TestSerializeWiresPseudoHeader(t *testing.T) {
 	pseudo := append(append(append([]byte(nil), ip.SrcIP...), ip.DstIP...), 0, 0, 0, byte(len(f)-40), 0, 0, 0, 17)
 	require.Zero(t, gpkt.Checksum(append(pseudo, f[40:]...)))
 }
+
+// TestMustSerialize: the same bytes as Serialize, and a panic where
+// Serialize fails the test.
+func TestMustSerialize(t *testing.T) {
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP,
+		SrcIP: net.IP{198, 18, 0, 1}, DstIP: net.IP{198, 18, 0, 2}}
+	ls := []gopacket.SerializableLayer{ip, &layers.UDP{SrcPort: 1, DstPort: 2}, gopacket.Payload("x")}
+	require.Equal(t, gpkt.Serialize(t, ls...), gpkt.MustSerialize(ls...))
+	bad := &layers.IPv4{Version: 4, SrcIP: net.IP{198, 18, 0, 1}, DstIP: net.IP{1, 2, 3}} // a 3-byte address
+	require.Panics(t, func() { gpkt.MustSerialize(bad) })
+}

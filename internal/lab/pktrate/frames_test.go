@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdplb/xdplb/header"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
 func testSpec(size, flows int) FrameSpec {
@@ -41,10 +42,7 @@ func oracleFrame(t *testing.T, s FrameSpec, i int) []byte {
 	for j := range payload {
 		payload[j] = byte(j + udpLen)
 	}
-	buf := gopacket.NewSerializeBuffer()
-	require.NoError(t, gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
-		eth, ip, udp, gopacket.Payload(payload)))
-	return buf.Bytes()
+	return gpkt.Serialize(t, eth, ip, udp, gopacket.Payload(payload))
 }
 
 func TestFrameMatchesGopacket(t *testing.T) {
