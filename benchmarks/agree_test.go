@@ -9,6 +9,7 @@ import (
 
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/flow/flowtest"
 )
 
 // TestPeersAgree checks that every benchmark compares like with like: the
@@ -20,13 +21,13 @@ func TestPeersAgree(t *testing.T) {
 		// sets, the 5-tuple the frame was built from.
 		g := newGopacketParser()
 		for _, ts := range []*trafficSet{traffic(parseFrames, parseMix, 1), traffic(1024, pipelineMix, 3)} {
-			var kinds [numKinds]int
+			var kinds [flowtest.NumKinds]int
 			for i, fr := range ts.frames {
-				want := ts.flows[i].key()
-				kinds[ts.flows[i].kind]++
+				want := targets.Key(ts.flows[i])
+				kinds[ts.flows[i].Kind]++
 				var p engine.Packet
 				p.SetBuffer(nil, 0, fr, 0, len(fr), 0)
-				require.Zero(t, engine.ParsePacket(&p, 0), "frame %d (%v)", i, ts.flows[i].kind)
+				require.Zero(t, engine.ParsePacket(&p, 0), "frame %d (%v)", i, ts.flows[i].Kind)
 				require.Equal(t, want, p.Key, "ours, frame %d", i)
 				var k flow.Key
 				require.True(t, g.parse(fr, 0, &k), "gopacket, frame %d", i)
@@ -36,7 +37,7 @@ func TestPeersAgree(t *testing.T) {
 				require.Equal(t, want, v, "views, frame %d", i)
 			}
 			for k, n := range kinds {
-				assert.NotZero(t, n, "no %v frame in the set", frameKind(k))
+				assert.NotZero(t, n, "no %v frame in the set", flowtest.Kind(k))
 			}
 		}
 	})
@@ -45,7 +46,7 @@ func TestPeersAgree(t *testing.T) {
 		// Different algorithms pick different backends; both must give
 		// every flow one of the backends, the same one every time, and
 		// spread flows evenly (Maglev's promise).
-		flows := genFlows(20000, mix{kindTCP4: 100}, 2)
+		flows := genFlows(20000, flowtest.Mix{flowtest.TCP4: 100}, 2)
 		h := flow.NewHasher(0x5eed)
 		for _, n := range []int{10, 100} {
 			names := backendNames(n)
@@ -60,7 +61,7 @@ func TestPeersAgree(t *testing.T) {
 			oursCount, peerCount := make([]int, n), make([]int, n)
 			var buf [40]byte
 			for _, f := range flows {
-				k := f.key()
+				k := targets.Key(f)
 				a := ours.Lookup(h.Hash(&k, flow.Tuple5))
 				require.Equal(t, a, ours.Lookup(h.Hash(&k, flow.Tuple5)))
 				require.True(t, a >= 0 && a < n)
@@ -155,7 +156,7 @@ func TestPeersAgree(t *testing.T) {
 		require.Len(t, oursSeen, flows)
 		require.Len(t, peerSeen, flows)
 		for _, f := range ts.flows {
-			k := f.key()
+			k := targets.Key(f)
 			be, ok := oursSeen[k]
 			require.True(t, ok, "ours never balanced %v", k)
 			require.True(t, be >= 0 && be < pipelineBackends)

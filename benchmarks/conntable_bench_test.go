@@ -103,7 +103,7 @@ func newConnSet(n int) (*connSet, error) {
 	}
 	keys := make([]flow.Key, 0, n)
 	for _, f := range fs {
-		k := f.key()
+		k := targets.Key(f)
 		if t.Insert(&k, uint32(len(keys)), flow.ClassEstablished, 0).Stored() {
 			keys = append(keys, k)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/kkdai/maglev"
 
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/flow/flowtest"
 )
 
 // maglevSizes are the backend counts of the Maglev benchmarks; the table
@@ -87,12 +88,12 @@ const maglevKeys = 4096
 //   - op=lookup is our table lookup alone, from precomputed hashes; the
 //     peer does not expose one.
 func BenchmarkMaglevLookup(b *testing.B) {
-	ts := genFlows(maglevKeys, mix{kindTCP4: 100}, 2)
+	ts := genFlows(maglevKeys, flowtest.Mix{flowtest.TCP4: 100}, 2)
 	keys := make([]flow.Key, len(ts))
 	strs := make([]string, len(ts))
 	var buf [40]byte
 	for i, f := range ts {
-		keys[i] = f.key()
+		keys[i] = targets.Key(f)
 		strs[i] = string([]byte(peerKey(&keys[i], &buf)))
 	}
 	h := flow.NewHasher(0x5eed)

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/engine/nexthop"
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/flow/flowtest"
 	"github.com/xdplb/xdplb/guard"
 	"github.com/xdplb/xdplb/header"
 	"github.com/xdplb/xdplb/health"
@@ -60,7 +60,7 @@ type benchVIP struct {
 	vni   uint32
 }
 
-// The VIPs, indexed by frame kind's VIP.
+// The VIPs of the benchmark document (benchTargets sends to them).
 var benchVIPs = []benchVIP{
 	{"web4", netip.MustParseAddrPort("198.19.255.1:80"), flow.ProtoTCP, 100},
 	{"dns4", netip.MustParseAddrPort("198.19.255.2:53"), flow.ProtoUDP, 200},
@@ -106,151 +106,27 @@ func benchDocument(tb testing.TB) *control.Document {
 // changes (the next-hop stage caches its answers per worker).
 var benchHops = nexthop.Static{Default: benchHop}
 
-// benchKind is the shape of a generated frame.
-type benchKind uint8
-
-const (
-	kindTCP4     benchKind = iota // Ethernet, IPv4, TCP → web4
-	kindUDP4                      // Ethernet, IPv4, UDP → dns4
-	kindTCP6                      // Ethernet, IPv6, TCP → web6
-	kindTCP4VLAN                  // Ethernet, 802.1Q, IPv4, TCP → web4
-)
-
-// vip returns the index in benchVIPs of the VIP kind k is sent to.
-func (k benchKind) vip() int {
-	switch k {
-	case kindUDP4:
-		return 1
-	case kindTCP6:
-		return 2
-	}
-	return 0
-}
-
-// benchFlow is one generated flow: a client endpoint to a VIP.
-type benchFlow struct {
-	kind  benchKind
-	src   netip.Addr
-	sport uint16
-	tos   uint8 // IPv4 TOS or IPv6 traffic class
-}
-
-// benchMix is a traffic mix: percentages by kind.
-type benchMix [4]int
+// benchTargets addresses the generated traffic (flow/flowtest) to
+// benchVIPs: TCP4 and TCP4VLAN flows to web4, UDP4 to dns4, TCP6 to web6.
+var benchTargets = flowtest.Targets{TCP4: benchVIPs[0].addr, UDP4: benchVIPs[1].addr, TCP6: benchVIPs[2].addr,
+	SrcMAC: benchClientMAC, DstMAC: net.HardwareAddr(benchHop.SrcMAC[:])}
 
 // muxBenchMix is the benchmark's mix: mostly IPv4 TCP, as a web VIP sees;
 // muxAgreeMix adds VLAN-tagged frames and non-zero TOS for the agreement
 // test.
 var (
-	muxBenchMix = benchMix{kindTCP4: 65, kindUDP4: 20, kindTCP6: 15}
-	muxAgreeMix = benchMix{kindTCP4: 40, kindUDP4: 20, kindTCP6: 20, kindTCP4VLAN: 20}
+	muxBenchMix = flowtest.Mix{flowtest.TCP4: 65, flowtest.UDP4: 20, flowtest.TCP6: 15}
+	muxAgreeMix = flowtest.Mix{flowtest.TCP4: 40, flowtest.UDP4: 20, flowtest.TCP6: 20, flowtest.TCP4VLAN: 20}
 )
 
-// genBenchFlows returns n distinct flows of mix m from a PCG seeded with
-// seed; withTOS gives some of them a non-zero TOS.
-func genBenchFlows(n int, m benchMix, seed uint64, withTOS bool) []benchFlow {
-	rng := rand.New(rand.NewPCG(seed, benchSeed))
-	type tuple struct {
-		vip   int
-		src   netip.Addr
-		sport uint16
-	}
-	seen := make(map[tuple]struct{}, n)
-	flows := make([]benchFlow, 0, n)
-	for len(flows) < n {
-		var f benchFlow
-		pick := rng.IntN(100)
-		for k := range m {
-			if pick < m[k] {
-				f.kind = benchKind(k)
-				break
-			}
-			pick -= m[k]
-		}
-		r := rng.Uint64()
-		if f.kind == kindTCP6 {
-			a := [16]byte{0x20, 0x01, 0x0d, 0xb8, 0, 1}
-			for i := 8; i < 16; i++ {
-				a[i] = byte(r >> (8 * (i - 8)))
-			}
-			f.src = netip.AddrFrom16(a)
-		} else {
-			f.src = netip.AddrFrom4([4]byte{198, 18 + byte(r&1), byte(r >> 8), byte(r >> 16)})
-		}
-		f.sport = uint16(1024 + rng.IntN(65536-1024))
-		if withTOS && r>>40&3 == 0 {
-			f.tos = byte(r>>48) &^ 3 // a DSCP; ECN bits left clear
-		}
-		if f.src == benchMuxSrc || vipByAddr(f.src) >= 0 || muxFuzzInfra[0].Contains(f.src) || muxFuzzInfra[1].Contains(f.src) {
-			continue // a spoofed source (src_node, src_vip, src_infra), no client
-		}
-		t := tuple{f.kind.vip(), f.src, f.sport}
-		if _, dup := seen[t]; dup {
-			continue
-		}
-		seen[t] = struct{}{}
-		flows = append(flows, f)
-	}
-	return flows
-}
-
-// buildBenchFrame serialises one frame of f with gopacket: a TCP segment
-// (ACK|PSH, an established connection) or a UDP datagram, with 10 bytes of
-// payload (an untagged IPv4 TCP frame is 64 bytes).
-func buildBenchFrame(f benchFlow, seq uint32, buf gopacket.SerializeBuffer) []byte {
-	v := benchVIPs[f.kind.vip()]
-	eth := &layers.Ethernet{SrcMAC: benchClientMAC, DstMAC: net.HardwareAddr(benchHop.SrcMAC[:])}
-	ls := []gopacket.SerializableLayer{eth}
-	var nl gopacket.NetworkLayer
-	if f.kind == kindTCP6 {
-		eth.EthernetType = layers.EthernetTypeIPv6
-		ip := &layers.IPv6{Version: 6, HopLimit: 64, TrafficClass: f.tos, NextHeader: layers.IPProtocolTCP,
-			SrcIP: f.src.AsSlice(), DstIP: v.addr.Addr().AsSlice()}
-		nl = ip
-		ls = append(ls, ip)
-	} else {
-		eth.EthernetType = layers.EthernetTypeIPv4
-		if f.kind == kindTCP4VLAN {
-			eth.EthernetType = layers.EthernetTypeDot1Q
-			ls = append(ls, &layers.Dot1Q{VLANIdentifier: 100, Type: layers.EthernetTypeIPv4})
-		}
-		ip := &layers.IPv4{Version: 4, TTL: 64, TOS: f.tos, Protocol: layers.IPProtocol(v.proto),
-			SrcIP: f.src.AsSlice(), DstIP: v.addr.Addr().AsSlice(), Flags: layers.IPv4DontFragment}
-		nl = ip
-		ls = append(ls, ip)
-	}
-	if v.proto == flow.ProtoUDP {
-		u := &layers.UDP{SrcPort: layers.UDPPort(f.sport), DstPort: layers.UDPPort(v.addr.Port())}
-		_ = u.SetNetworkLayerForChecksum(nl)
-		ls = append(ls, u)
-	} else {
-		t := &layers.TCP{SrcPort: layers.TCPPort(f.sport), DstPort: layers.TCPPort(v.addr.Port()),
-			Seq: seq, Ack: 1, ACK: true, PSH: true, Window: 65535}
-		_ = t.SetNetworkLayerForChecksum(nl)
-		ls = append(ls, t)
-	}
-	ls = append(ls, gopacket.Payload(make([]byte, 10)))
-	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
-		panic(err)
-	}
-	return buf.Bytes()
-}
-
-// benchFrames returns one frame per flow, packed in shared arenas.
-func benchFrames(flows []benchFlow) [][]byte {
-	frames := make([][]byte, len(flows))
-	buf := gopacket.NewSerializeBuffer()
-	var arena []byte
-	for i, f := range flows {
-		fr := buildBenchFrame(f, uint32(i), buf)
-		if len(arena) < len(fr) {
-			arena = make([]byte, 1<<20)
-		}
-		frames[i] = arena[:len(fr):len(fr)]
-		copy(frames[i], fr)
-		arena = arena[len(fr):]
-	}
-	return frames
+// benchFlows returns n distinct flows of mix m from seed (flowtest.Flows);
+// withTOS gives some of them a non-zero TOS. Sources the Mux drops as
+// spoofed (src_node, src_vip, src_infra) are never drawn: these are
+// clients.
+func benchFlows(n int, m flowtest.Mix, seed uint64, withTOS bool) []flowtest.Flow {
+	return flowtest.Flows(n, flowtest.Config{Mix: m, Seed: seed, TOS: withTOS, Skip: func(a netip.Addr) bool {
+		return a == benchMuxSrc || vipByAddr(a) >= 0 || muxFuzzInfra[0].Contains(a) || muxFuzzInfra[1].Contains(a)
+	}})
 }
 
 var (
@@ -266,7 +142,7 @@ func muxBenchTraffic(n int) [][]byte {
 	if fs, ok := benchTraffic[n]; ok {
 		return fs
 	}
-	fs := benchFrames(genBenchFlows(n, muxBenchMix, 1, false))
+	fs := benchTargets.Frames(benchFlows(n, muxBenchMix, 1, false))
 	benchTraffic[n] = fs
 	return fs
 }
@@ -687,8 +563,8 @@ func BenchmarkMuxPipeline(b *testing.B) {
 func TestMuxPipelineAgrees(t *testing.T) {
 	const n = 3000
 	doc := benchDocument(t)
-	flows := genBenchFlows(n, muxAgreeMix, 7, true)
-	frames := benchFrames(flows)
+	flows := benchFlows(n, muxAgreeMix, 7, true)
+	frames := benchTargets.Frames(flows)
 	ours := newMuxRig(t, true, ourMuxStages(t, doc, muxConnTable(t, n))...)
 	peer := newMuxRig(t, true, newMuxPeer(t, doc, n))
 	for pass := 0; pass < 2; pass++ {
@@ -712,7 +588,7 @@ func TestMuxPipelineAgrees(t *testing.T) {
 		// Mux to one of the hosts, the VIP's VNI, the inner packet still
 		// addressed to the VIP.
 		for i, f := range flows {
-			v := benchVIPs[f.kind.vip()]
+			v := benchVIPs[vipByAddr(benchTargets.Dst(f).Addr())]
 			// (The DNS VIP's payload is no DNS message: gopacket's decode
 			// fails there, past the layers checked here.)
 			pkt := gopacket.NewPacket(got[i], layers.LayerTypeEthernet, gopacket.Default)
@@ -735,7 +611,7 @@ func TestMuxPipelineAgrees(t *testing.T) {
 // established flows through the whole pipeline allocates nothing.
 func TestMuxPipelineNoAllocs(t *testing.T) {
 	const n = 1000
-	frames := benchFrames(genBenchFlows(n, muxBenchMix, 1, false))
+	frames := benchTargets.Frames(benchFlows(n, muxBenchMix, 1, false))
 	r := newMuxRig(t, false, ourMuxStages(t, benchDocument(t), muxConnTable(t, n))...)
 	r.port.Replay(frames)
 	r.run(2 * n)

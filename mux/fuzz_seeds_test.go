@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdplb/xdplb/encap"
+	"github.com/xdplb/xdplb/flow/flowtest"
 	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
@@ -40,22 +41,21 @@ func muxFuzzSeeds(tb testing.TB) []muxFuzzSeed {
 	var seeds []muxFuzzSeed
 	// One bench flow of each kind (with a TOS where the generator gave
 	// one).
-	flows := genBenchFlows(256, muxAgreeMix, 11, true)
-	kindNames := map[benchKind]string{kindTCP4: "tcp4", kindUDP4: "udp4", kindTCP6: "tcp6", kindTCP4VLAN: "tcp4-vlan"}
-	seen := map[benchKind]bool{}
+	flows := benchFlows(256, muxAgreeMix, 11, true)
+	seen := map[flowtest.Kind]bool{}
 	for _, fl := range flows {
-		if seen[fl.kind] {
+		if seen[fl.Kind] {
 			continue
 		}
-		seen[fl.kind] = true
-		fr := benchFrames([]benchFlow{fl})[0]
-		n := kindNames[fl.kind]
+		seen[fl.Kind] = true
+		fr := benchTargets.Frame(fl, 0)
+		n := fl.Kind.String()
 		seeds = append(seeds,
 			muxFuzzSeed{name: n, frame: fr, want: []string{"vxlan"}},
 			muxFuzzSeed{name: n + "-twice", frame: fr, twice: true, want: []string{"vxlan", "vxlan"}},
 			muxFuzzSeed{name: n + "-twice-one-batch", frame: fr, twice: true, sameBatch: true, want: []string{"vxlan", "vxlan"}})
 	}
-	require.Len(tb, seen, len(kindNames), "genBenchFlows gave every kind")
+	require.Len(tb, seen, int(flowtest.NumKinds), "benchFlows gave every kind")
 
 	web4, web6 := benchVIPs[0].addr, benchVIPs[2].addr
 	tcp := func(sport, dport uint16) *layers.TCP {

@@ -23,7 +23,7 @@ import (
 	"github.com/xdplb/xdplb/flow"
 )
 
-// metricsDoc serves benchVIPs (so buildBenchFrame makes their traffic)
+// metricsDoc serves benchVIPs (so benchTargets addresses their traffic)
 // with a few backends each, on IPv4 and IPv6 hosts; backend web4/c's host,
 // 198.18.254.99, has no next hop in the tests (partialHops): its
 // frames take the slow path (port 1, the kernel's in a running Mux).
@@ -251,8 +251,8 @@ func TestCollectorTraffic(t *testing.T) {
 	doc1 := metricsDocument(t, 1, metricsWebBackends)
 	oracle := newTrafficOracle(doc1)
 
-	flows := genBenchFlows(600, muxAgreeMix, 11, true)
-	frames := benchFrames(flows)
+	flows := benchFlows(600, muxAgreeMix, 11, true)
+	frames := benchTargets.Frames(flows)
 	var sent [][]byte
 	for pass := 0; pass < 2; pass++ { // new flows, then established
 		out := r.send(frames)
