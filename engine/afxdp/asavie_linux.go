@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/internal/xsk"
 )
 
 // asavieSock adapts github.com/asavie/xdp's Socket, used as it is, to the
@@ -58,7 +59,7 @@ func openAsavie(cfg Config, ifindex int) (*asavieSock, error) {
 	}
 	// The copy-mode TX budget is a kernel setting, not ring code: raise it
 	// as for RingOwn so both are measured alike.
-	_ = unix.SetsockoptInt(x.FD(), unix.SOL_XDP, xdpMaxTXSkbBudget, cfg.TXRingSize)
+	_ = unix.SetsockoptInt(x.FD(), unix.SOL_XDP, xsk.OptMaxTXSkbBudget, cfg.TXRingSize)
 	total := cfg.NumFrames * cfg.FrameSize
 	a := &asavieSock{
 		x:       x,

@@ -4,77 +4,19 @@ package afxdp
 
 import (
 	"bytes"
-	"math/rand/v2"
 	"testing"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/internal/xsk"
 )
-
-// ringMem lays out a ring of n entries of size esz in Go memory the way the
-// kernel does (indices and flags on their own cache lines), starting both
-// indices at start.
-func ringMem(n, esz int, start uint32) ([]byte, *unix.XDPRingOffset) {
-	off := &unix.XDPRingOffset{Producer: 0, Consumer: 64, Flags: 128, Desc: 192}
-	words := make([]uint64, (192+n*esz)/8+1)
-	mem := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8)
-	*(*uint32)(unsafe.Pointer(&mem[0])) = start
-	*(*uint32)(unsafe.Pointer(&mem[64])) = start
-	return mem, off
-}
-
-// TestRingModel drives a producer and a consumer view of one ring with
-// random batch sizes against a FIFO model, starting near the 32-bit wrap
-// of the indices.
-func TestRingModel(t *testing.T) {
-	for _, start := range []uint32{0, 1 << 31, ^uint32(0) - 100} {
-		const n = 64
-		mem, off := ringMem(n, 8, start)
-		prod := newRing[uint64](mem, n, off, true)
-		cons := newRing[uint64](mem, n, off, false)
-		rng := rand.New(rand.NewPCG(uint64(start), 7))
-		var model []uint64
-		next := uint64(1)
-		for step := 0; step < 20000; step++ {
-			if rng.IntN(2) == 0 {
-				want := uint32(rng.IntN(n + 8))
-				free := prod.freeSlots(want)
-				// The cached count may lag, but never past what the batch needs.
-				trueFree := uint32(n - len(model))
-				require.LessOrEqual(t, free, trueFree, "free slots at step %d", step)
-				require.True(t, free >= want || free == trueFree, "free slots %d < want %d at step %d, true %d", free, want, step, trueFree)
-				k := min(want, free)
-				for i := uint32(0); i < k; i++ {
-					prod.put(i, next)
-					model = append(model, next)
-					next++
-				}
-				prod.produce(k)
-				if rng.IntN(4) != 0 { // sometimes publish later
-					prod.submit()
-				}
-			} else {
-				want := uint32(rng.IntN(n + 8))
-				k := cons.available(want)
-				published := prod.prod.Load() - cons.cachedCons
-				require.Equal(t, min(want, published), k, "available at step %d", step)
-				for i := uint32(0); i < k; i++ {
-					require.Equal(t, model[i], *cons.at(i))
-				}
-				model = model[k:]
-				cons.release(k)
-			}
-		}
-	}
-}
 
 // fakeKernel plays the kernel's side of a socket's rings over Go memory.
 type fakeKernel struct {
-	fill, comp ring[uint64]
-	rx, tx     ring[unix.XDPDesc]
+	fill, comp xsk.Ring[uint64]
+	rx, tx     xsk.Ring[unix.XDPDesc]
 	umem       []byte
 	headroom   uint64 // where frames land in a chunk
 }
@@ -85,16 +27,16 @@ func newFakePort(t *testing.T, cfg Config) (*Port, *fakeKernel) {
 	cfg.Interface = "fake0"
 	require.NoError(t, cfg.Validate())
 	cfg = cfg.WithDefaults()
-	s := &socket{fd: -1, needWakeup: true, umem: make([]byte, cfg.NumFrames*cfg.FrameSize)}
-	k := &fakeKernel{umem: s.umem, headroom: uint64(cfg.chunkHeadroom() + PacketHeadroom)}
-	mem, off := ringMem(cfg.FillRingSize, 8, 0)
-	s.fill, k.fill = newRing[uint64](mem, cfg.FillRingSize, off, true), newRing[uint64](mem, cfg.FillRingSize, off, false)
-	mem, off = ringMem(cfg.CompletionRingSize, 8, 0)
-	s.comp, k.comp = newRing[uint64](mem, cfg.CompletionRingSize, off, false), newRing[uint64](mem, cfg.CompletionRingSize, off, true)
-	mem, off = ringMem(cfg.RXRingSize, 16, 0)
-	s.rx, k.rx = newRing[unix.XDPDesc](mem, cfg.RXRingSize, off, false), newRing[unix.XDPDesc](mem, cfg.RXRingSize, off, true)
-	mem, off = ringMem(cfg.TXRingSize, 16, 0)
-	s.tx, k.tx = newRing[unix.XDPDesc](mem, cfg.TXRingSize, off, true), newRing[unix.XDPDesc](mem, cfg.TXRingSize, off, false)
+	s := &xsk.Socket{FD: -1, NeedWakeup: true, UMEM: make([]byte, cfg.NumFrames*cfg.FrameSize)}
+	k := &fakeKernel{umem: s.UMEM, headroom: uint64(cfg.chunkHeadroom() + PacketHeadroom)}
+	mem, off := xsk.GoRingMem(cfg.FillRingSize, 8, 0)
+	s.Fill, k.fill = xsk.NewRing[uint64](mem, cfg.FillRingSize, off, true), xsk.NewRing[uint64](mem, cfg.FillRingSize, off, false)
+	mem, off = xsk.GoRingMem(cfg.CompletionRingSize, 8, 0)
+	s.Comp, k.comp = xsk.NewRing[uint64](mem, cfg.CompletionRingSize, off, false), xsk.NewRing[uint64](mem, cfg.CompletionRingSize, off, true)
+	mem, off = xsk.GoRingMem(cfg.RXRingSize, 16, 0)
+	s.RX, k.rx = xsk.NewRing[unix.XDPDesc](mem, cfg.RXRingSize, off, false), xsk.NewRing[unix.XDPDesc](mem, cfg.RXRingSize, off, true)
+	mem, off = xsk.GoRingMem(cfg.TXRingSize, 16, 0)
+	s.TX, k.tx = xsk.NewRing[unix.XDPDesc](mem, cfg.TXRingSize, off, true), xsk.NewRing[unix.XDPDesc](mem, cfg.TXRingSize, off, false)
 	p := newPort(cfg, 1)
 	p.useSocket(s)
 	return p, k
@@ -105,15 +47,15 @@ func newFakePort(t *testing.T, cfg Config) (*Port, *fakeKernel) {
 func (k *fakeKernel) receive(frames ...[]byte) int {
 	n := 0
 	for _, f := range frames {
-		if k.fill.available(1) == 0 || k.rx.freeSlots(1) == 0 {
+		if k.fill.Available(1) == 0 || k.rx.FreeSlots(1) == 0 {
 			break
 		}
-		addr := *k.fill.at(0) + k.headroom
-		k.fill.release(1)
+		addr := *k.fill.At(0) + k.headroom
+		k.fill.Release(1)
 		copy(k.umem[addr:], f)
-		k.rx.put(0, unix.XDPDesc{Addr: addr, Len: uint32(len(f))})
-		k.rx.produce(1)
-		k.rx.submit()
+		k.rx.Put(0, unix.XDPDesc{Addr: addr, Len: uint32(len(f))})
+		k.rx.Produce(1)
+		k.rx.Submit()
 		n++
 	}
 	return n
@@ -123,15 +65,15 @@ func (k *fakeKernel) receive(frames ...[]byte) int {
 // completes them.
 func (k *fakeKernel) transmit() [][]byte {
 	var out [][]byte
-	n := k.tx.available(^uint32(0))
+	n := k.tx.Available(^uint32(0))
 	for i := uint32(0); i < n; i++ {
-		d := *k.tx.at(i)
+		d := *k.tx.At(i)
 		out = append(out, bytes.Clone(k.umem[d.Addr:d.Addr+uint64(d.Len)]))
-		k.comp.put(i, d.Addr)
+		k.comp.Put(i, d.Addr)
 	}
-	k.tx.release(n)
-	k.comp.produce(n)
-	k.comp.submit()
+	k.tx.Release(n)
+	k.comp.Produce(n)
+	k.comp.Submit()
 	return out
 }
 

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/internal/xsk"
 )
 
 // Counter indices: the worker counts into Port.c and publishes to Port.pub.
@@ -44,7 +45,7 @@ type Port struct {
 	ifindex int
 	fd      int
 
-	s *socket     // RingOwn
+	s *xsk.Socket // RingOwn
 	a *asavieSock // RingAsavie
 
 	umem      []byte
@@ -122,8 +123,8 @@ func newPort(cfg Config, ifindex int) *Port {
 
 // useSocket makes s the port's socket (RingOwn): every chunk starts on the
 // free stack, then the fill ring is filled.
-func (p *Port) useSocket(s *socket) {
-	p.s, p.fd, p.umem = s, s.fd, s.umem
+func (p *Port) useSocket(s *xsk.Socket) {
+	p.s, p.fd, p.umem = s, s.FD, s.UMEM
 	n := p.cfg.NumFrames
 	p.reserve = min(2*engine.MaxBatch, n/4)
 	p.free = make([]uint64, n)
@@ -187,14 +188,14 @@ func (p *Port) Ifindex() int { return p.ifindex }
 // ZeroCopy reports whether the kernel bound the socket in zero-copy mode.
 func (p *Port) ZeroCopy() bool {
 	if p.a != nil {
-		return socketZeroCopy(p.fd)
+		return xsk.BoundZeroCopy(p.fd)
 	}
-	return p.s.zeroCopy
+	return p.s.ZeroCopy
 }
 
 // NeedWakeup reports whether the socket uses XDP_USE_NEED_WAKEUP, so it
 // makes system calls only when the kernel asks for them.
-func (p *Port) NeedWakeup() bool { return p.s != nil && p.s.needWakeup }
+func (p *Port) NeedWakeup() bool { return p.s != nil && p.s.NeedWakeup }
 
 // Receive implements engine.Port: it takes up to b.Cap() frames off the RX
 // ring, as packets whose buffer is the whole UMEM chunk, so the headroom in
@@ -208,11 +209,11 @@ func (p *Port) Receive(b *engine.Batch, pool []engine.Packet, inPort uint16) int
 		return 0
 	}
 	s := p.s
-	n := s.rx.available(uint32(want))
+	n := s.RX.Available(uint32(want))
 	if n == 0 {
-		if s.needWakeup && s.fill.needWakeup() {
+		if s.NeedWakeup && s.Fill.NeedWakeup() {
 			p.c[cRXKicks]++
-			if !transientKickErr(kickRX(s.fd)) {
+			if !transientKickErr(xsk.KickRX(s.FD)) {
 				p.c[cKickErrors]++
 			}
 		}
@@ -222,7 +223,7 @@ func (p *Port) Receive(b *engine.Batch, pool []engine.Packet, inPort uint16) int
 	got := 0
 	var bytes uint64
 	for i := uint32(0); i < n; i++ {
-		d := s.rx.at(i)
+		d := s.RX.At(i)
 		base := d.Addr &^ p.chunkMask
 		off := d.Addr - base
 		if base+fs > uint64(len(p.umem)) || off+uint64(d.Len) > fs {
@@ -238,7 +239,7 @@ func (p *Port) Receive(b *engine.Batch, pool []engine.Packet, inPort uint16) int
 		got++
 		bytes += uint64(d.Len)
 	}
-	s.rx.release(n)
+	s.RX.Release(n)
 	p.inKernel -= int(n)
 	p.held += got
 	p.c[cRXFrames] += uint64(got)
@@ -261,11 +262,11 @@ func (p *Port) Transmit(pkts []*engine.Packet) int {
 	}
 	s := p.s
 	want := uint32(len(pkts))
-	slots := s.tx.freeSlots(want)
+	slots := s.TX.FreeSlots(want)
 	if slots < want && p.inTX > 0 {
 		p.pushTX() // a copy-mode kernel frees slots only when kicked
 		p.reap()
-		slots = s.tx.freeSlots(want)
+		slots = s.TX.FreeSlots(want)
 	}
 	fs := p.frameSize
 	last := len(pkts)
@@ -290,11 +291,11 @@ func (p *Port) Transmit(pkts []*engine.Packet) int {
 		} else if d, noFrame = p.copyIn(pk.Data()); noFrame {
 			break
 		}
-		s.tx.put(i, d)
+		s.TX.Put(i, d)
 		bytes += uint64(n)
 		i++
 	}
-	s.tx.produce(i)
+	s.TX.Produce(i)
 	p.txQueued += i
 	p.inTX += int(i)
 	p.c[cTXFrames] += uint64(i)
@@ -368,23 +369,23 @@ func (p *Port) Flush() error {
 func (p *Port) pushTX() {
 	s := p.s
 	if p.txQueued > 0 {
-		s.tx.submit()
+		s.TX.Submit()
 		p.txQueued = 0
 	}
 	for try := 0; try < maxKicks; try++ {
-		if !s.tx.unconsumed() {
+		if !s.TX.Unconsumed() {
 			return
 		}
-		if s.needWakeup && !s.tx.needWakeup() {
+		if s.NeedWakeup && !s.TX.NeedWakeup() {
 			return
 		}
 		p.c[cTXKicks]++
-		e := kickTX(s.fd)
+		e := xsk.KickTX(s.FD)
 		if !transientKickErr(e) {
 			p.c[cKickErrors]++
 			return
 		}
-		if s.zeroCopy || e != unix.EAGAIN {
+		if s.ZeroCopy || e != unix.EAGAIN {
 			return
 		}
 		p.reap() // EAGAIN may mean a full completion ring
@@ -394,14 +395,14 @@ func (p *Port) pushTX() {
 // reap moves completed TX chunks back to the free stack.
 func (p *Port) reap() {
 	s := p.s
-	n := s.comp.available(s.comp.mask + 1)
+	n := s.Comp.Available(s.Comp.Size())
 	if n == 0 {
 		return
 	}
 	for i := uint32(0); i < n; i++ {
-		p.free = append(p.free, *s.comp.at(i)&^p.chunkMask)
+		p.free = append(p.free, *s.Comp.At(i)&^p.chunkMask)
 	}
-	s.comp.release(n)
+	s.Comp.Release(n)
 	p.inTX -= int(n)
 	p.c[cCompleted] += uint64(n)
 }
@@ -417,17 +418,17 @@ func (p *Port) refill() {
 		return
 	}
 	s := p.s
-	n := min(s.fill.freeSlots(uint32(spare)), uint32(spare))
+	n := min(s.Fill.FreeSlots(uint32(spare)), uint32(spare))
 	if n == 0 {
 		return
 	}
 	top := len(p.free)
 	for i := uint32(0); i < n; i++ {
-		s.fill.put(i, p.free[top-1-int(i)])
+		s.Fill.Put(i, p.free[top-1-int(i)])
 	}
 	p.free = p.free[:top-int(n)]
-	s.fill.produce(n)
-	s.fill.submit()
+	s.Fill.Produce(n)
+	s.Fill.Submit()
 	p.inKernel += int(n)
 }
 
@@ -446,7 +447,7 @@ func (p *Port) Wait(timeoutMs int) error {
 	if p.fd < 0 {
 		return ErrClosed
 	}
-	if p.s != nil && p.s.rx.available(1) > 0 {
+	if p.s != nil && p.s.RX.Available(1) > 0 {
 		return nil
 	}
 	p.pfd[0] = unix.PollFd{Fd: int32(p.fd), Events: unix.POLLIN}
@@ -553,7 +554,7 @@ func (p *Port) Close() error {
 	if p.a != nil {
 		err = p.a.close()
 	} else {
-		err = p.s.close()
+		err = p.s.Close()
 	}
 	p.fd = -1
 	p.umem = nil

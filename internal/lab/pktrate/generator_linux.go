@@ -9,8 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
+	"github.com/xdplb/xdplb/internal/xsk"
 	"golang.org/x/sys/unix"
 )
 
@@ -46,9 +46,6 @@ const (
 const (
 	chunkSize = 2048 // UMEM chunk; a frame never crosses one
 	maxBurst  = 256  // descriptors posted per sendto at most
-	// xdpMaxTXSkbBudget is the socket option (Linux 6.17+) raising how many
-	// frames one copy-mode sendto sends (32 by default).
-	xdpMaxTXSkbBudget = 9
 )
 
 // Generator transmits the frames of a FrameSpec, cycling through all its
@@ -61,12 +58,9 @@ const (
 // the DUT's.
 type Generator struct {
 	cfg  GenConfig
-	fd   int
-	umem []byte
-
-	tx   xdpRing[unix.XDPDesc]
-	comp xdpRing[uint64]
-	fill xdpRing[uint64] // required by bind, never used
+	sock *xsk.Socket // TX only: its fill ring is required by bind, never used
+	fd   int         // sock.FD
+	umem []byte      // sock.UMEM
 
 	stride  int
 	nslots  int
@@ -109,63 +103,24 @@ func OpenGenerator(cfg GenConfig) (_ *Generator, err error) {
 	}()
 	g.layout()
 
-	g.fd, err = unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	// TX only, copy mode, no need_wakeup (copy mode always needs the
+	// sendto). xsk.Open raises the copy-mode TX budget where the kernel
+	// allows it (Linux 6.17+), so one sendto may send the whole ring.
+	g.sock, err = xsk.Open(xsk.Config{
+		Ifindex:            cfg.Ifindex,
+		Queue:              cfg.Queue,
+		UMEMSize:           (g.nslots*g.stride + chunkSize - 1) / chunkSize * chunkSize,
+		ChunkSize:          chunkSize,
+		FillRingSize:       64,
+		CompletionRingSize: cfg.RingSize,
+		TXRingSize:         cfg.RingSize,
+		BindFlags:          unix.XDP_COPY,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("pktrate: socket(AF_XDP): %w", err)
+		return nil, fmt.Errorf("pktrate: generator socket: %w", err)
 	}
-	size := (g.nslots*g.stride + chunkSize - 1) / chunkSize * chunkSize
-	g.umem, err = unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE,
-		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
-	if err != nil {
-		return nil, fmt.Errorf("pktrate: mmap UMEM of %d bytes: %w", size, err)
-	}
+	g.fd, g.umem = g.sock.FD, g.sock.UMEM
 	g.buildFrames()
-
-	reg := unix.XDPUmemReg{
-		Addr: uint64(uintptr(unsafe.Pointer(&g.umem[0]))),
-		Len:  uint64(len(g.umem)),
-		Size: chunkSize,
-	}
-	if err := xdpSetsockopt(g.fd, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
-		return nil, fmt.Errorf("pktrate: XDP_UMEM_REG: %w", err)
-	}
-	for _, o := range []struct{ opt, n int }{
-		{unix.XDP_UMEM_FILL_RING, 64},
-		{unix.XDP_UMEM_COMPLETION_RING, cfg.RingSize},
-		{unix.XDP_TX_RING, cfg.RingSize},
-	} {
-		if err := unix.SetsockoptInt(g.fd, unix.SOL_XDP, o.opt, o.n); err != nil {
-			return nil, fmt.Errorf("pktrate: ring option %d: %w", o.opt, err)
-		}
-	}
-	var off unix.XDPMmapOffsets
-	n := uint32(unsafe.Sizeof(off))
-	if err := xdpGetsockopt(g.fd, unix.XDP_MMAP_OFFSETS, unsafe.Pointer(&off), &n); err != nil {
-		return nil, fmt.Errorf("pktrate: XDP_MMAP_OFFSETS: %w", err)
-	}
-	if g.fill, err = mapXDPRing[uint64](g.fd, unix.XDP_UMEM_PGOFF_FILL_RING, 64, &off.Fr); err != nil {
-		return nil, err
-	}
-	if g.comp, err = mapXDPRing[uint64](g.fd, unix.XDP_UMEM_PGOFF_COMPLETION_RING, cfg.RingSize, &off.Cr); err != nil {
-		return nil, err
-	}
-	if g.tx, err = mapXDPRing[unix.XDPDesc](g.fd, unix.XDP_PGOFF_TX_RING, cfg.RingSize, &off.Tx); err != nil {
-		return nil, err
-	}
-	// Best effort (Linux 6.17+): one sendto may send the whole ring.
-	_ = unix.SetsockoptInt(g.fd, unix.SOL_XDP, xdpMaxTXSkbBudget, cfg.RingSize)
-
-	sa := &unix.SockaddrXDP{Flags: unix.XDP_COPY, Ifindex: uint32(cfg.Ifindex), QueueID: uint32(cfg.Queue)}
-	for i := 0; ; i++ { // a just-closed socket releases its queue asynchronously
-		err = unix.Bind(g.fd, sa)
-		if err != unix.EBUSY || i == 50 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pktrate: bind AF_XDP to ifindex %d queue %d: %w", cfg.Ifindex, cfg.Queue, err)
-	}
 	return g, nil
 }
 
@@ -295,7 +250,7 @@ func (g *Generator) send(load Load) error {
 	var sentAtStart = g.posted
 	for !g.stop.Load() {
 		g.reap()
-		want := int(g.tx.freeSlots(uint32(g.cfg.RingSize)))
+		want := int(g.sock.TX.FreeSlots(uint32(g.cfg.RingSize)))
 		// Never reuse a buffer the kernel may still read.
 		if inflight := int(g.posted - g.completed.Load()); g.nslots-inflight < want {
 			want = max(0, g.nslots-inflight)
@@ -345,20 +300,20 @@ func (g *Generator) post(n int) {
 				g.flow = 0
 			}
 		}
-		g.tx.put(uint32(i), unix.XDPDesc{Addr: uint64(g.slotAddr(g.slot)), Len: g.flowLen})
+		g.sock.TX.Put(uint32(i), unix.XDPDesc{Addr: uint64(g.slotAddr(g.slot)), Len: g.flowLen})
 		if g.slot++; g.slot == g.nslots {
 			g.slot = 0
 		}
 	}
-	g.tx.produce(uint32(n))
-	g.tx.submit()
+	g.sock.TX.Produce(uint32(n))
+	g.sock.TX.Submit()
 	g.posted += uint64(n)
 }
 
 // reap takes what the completion ring holds.
 func (g *Generator) reap() {
-	if n := g.comp.available(uint32(g.cfg.RingSize)); n > 0 {
-		g.comp.release(n)
+	if n := g.sock.Comp.Available(uint32(g.cfg.RingSize)); n > 0 {
+		g.sock.Comp.Release(n)
 		g.completed.Add(uint64(n))
 	}
 }
@@ -366,7 +321,7 @@ func (g *Generator) reap() {
 // kick asks the kernel to send what is on the TX ring (copy mode always
 // needs the system call).
 func (g *Generator) kick() error {
-	_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(g.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	e := xsk.KickTX(g.fd)
 	switch e {
 	case 0:
 		return nil
@@ -380,94 +335,10 @@ func (g *Generator) kick() error {
 // Close stops sending and releases the socket and its memory.
 func (g *Generator) Close() error {
 	err := g.Stop()
-	if g.fd >= 0 {
-		unix.Close(g.fd)
-		g.fd = -1
+	if g.sock != nil {
+		g.sock.Close()
+		g.sock = nil
 	}
-	g.tx.unmap()
-	g.comp.unmap()
-	g.fill.unmap()
-	if g.umem != nil {
-		unix.Munmap(g.umem)
-		g.umem = nil
-	}
+	g.fd, g.umem = -1, nil
 	return err
-}
-
-// xdpRing is one of an AF_XDP socket's rings, mapped from the kernel: a
-// power-of-two array of T with a producer and a consumer index. This side
-// is the producer of the TX and fill rings and the consumer of the
-// completion ring. Indices are read with atomic loads and published with
-// atomic stores, once per batch; cached copies serve in between.
-type xdpRing[T uint64 | unix.XDPDesc] struct {
-	mem        []byte
-	prod, cons *atomic.Uint32
-	descs      []T
-	mask       uint32
-	cachedProd uint32
-	cachedCons uint32
-}
-
-func mapXDPRing[T uint64 | unix.XDPDesc](fd int, pgoff int64, n int, off *unix.XDPRingOffset) (xdpRing[T], error) {
-	var zero T
-	size := int(off.Desc) + n*int(unsafe.Sizeof(zero))
-	mem, err := unix.Mmap(fd, pgoff, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
-	if err != nil {
-		return xdpRing[T]{}, fmt.Errorf("pktrate: mmap AF_XDP ring at %#x: %w", pgoff, err)
-	}
-	base := unsafe.Pointer(&mem[0])
-	r := xdpRing[T]{
-		mem:   mem,
-		prod:  (*atomic.Uint32)(unsafe.Add(base, off.Producer)),
-		cons:  (*atomic.Uint32)(unsafe.Add(base, off.Consumer)),
-		descs: unsafe.Slice((*T)(unsafe.Add(base, off.Desc)), n),
-		mask:  uint32(n - 1),
-	}
-	r.cachedProd = r.prod.Load()
-	r.cachedCons = r.cons.Load()
-	return r, nil
-}
-
-func (r *xdpRing[T]) unmap() {
-	if r.mem != nil {
-		unix.Munmap(r.mem)
-		*r = xdpRing[T]{}
-	}
-}
-
-// freeSlots (producer side) returns how many entries can be produced,
-// refreshing the kernel's consumer index only when the cached one says
-// fewer than want.
-func (r *xdpRing[T]) freeSlots(want uint32) uint32 {
-	size := r.mask + 1
-	if free := size - (r.cachedProd - r.cachedCons); free >= want {
-		return free
-	}
-	r.cachedCons = r.cons.Load()
-	return size - (r.cachedProd - r.cachedCons)
-}
-
-func (r *xdpRing[T]) put(i uint32, d T) { r.descs[(r.cachedProd+i)&r.mask] = d }
-func (r *xdpRing[T]) produce(n uint32)  { r.cachedProd += n }
-func (r *xdpRing[T]) submit()           { r.prod.Store(r.cachedProd) }
-func (r *xdpRing[T]) release(n uint32)  { r.cachedCons += n; r.cons.Store(r.cachedCons) }
-func (r *xdpRing[T]) available(max uint32) uint32 {
-	r.cachedProd = r.prod.Load()
-	return min(r.cachedProd-r.cachedCons, max)
-}
-
-func xdpSetsockopt(fd, opt int, val unsafe.Pointer, size uintptr) error {
-	_, _, e := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_XDP, uintptr(opt), uintptr(val), size, 0)
-	if e != 0 {
-		return e
-	}
-	return nil
-}
-
-func xdpGetsockopt(fd, opt int, val unsafe.Pointer, size *uint32) error {
-	_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_XDP, uintptr(opt), uintptr(val), uintptr(unsafe.Pointer(size)), 0)
-	if e != 0 {
-		return e
-	}
-	return nil
 }
