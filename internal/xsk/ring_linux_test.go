@@ -51,5 +51,15 @@ func TestRingModel(t *testing.T) {
 				cons.Release(k)
 			}
 		}
+		// Everything produced reaches the consumer once published, and
+		// what it releases frees the producer's slots.
+		prod.Submit()
+		k := cons.Available(n)
+		require.Equal(t, uint32(len(model)), k, "published entries the consumer sees")
+		for i := range k {
+			require.Equal(t, model[i], *cons.At(i))
+		}
+		cons.Release(k)
+		require.Equal(t, uint32(n), prod.FreeSlots(n), "free slots once the consumer released everything")
 	}
 }
