@@ -20,9 +20,10 @@ test-short:
 bench:
 	cd benchmarks && $(GO) test -run '^$$' -bench . -benchmem -count 5 ./...
 
-# Regenerates the committed BPF objects (needs clang).
+# Regenerates the committed BPF objects (needs clang): the steering
+# program and the packet-rate harness's, which share internal/bpf/xdp.h.
 generate:
-	$(GO) generate ./engine/steer/...
+	$(GO) generate ./engine/steer/... ./internal/lab/pktrate/...
 
 # Regenerates the profile the binaries are built with (profile-guided
 # optimisation: go build uses a main package's default.pgo): the CPU

@@ -2,11 +2,13 @@ package steer
 
 // The BPF object is generated and committed (steer_bpfel.go, steer_bpfel.o),
 // so building this package needs no clang. Regenerate after editing
-// bpf/steer.c with
+// bpf/steer.c or the header it shares with the packet-rate harness's
+// programs (internal/bpf/xdp.h) with
 //
-//	go generate ./engine/steer
+//	go generate ./engine/steer   (or make generate: both packages)
 //
-// Reproducibility: bpf/steer.c includes no headers (-nostdinc), bpf2go
+// Reproducibility: bpf/steer.c includes no system header (-nostdinc), only
+// internal/bpf/xdp.h; bpf2go
 // passes -fno-ident and maps the source directory out of the debug info,
 // and strips DWARF, so the object depends only on the clang version and
 // the bpf2go version pinned below. The committed object was built with

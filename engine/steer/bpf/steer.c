@@ -3,9 +3,10 @@
  * xdp_steer: redirect the data plane's packets into the AF_XDP socket of
  * their RX queue and pass everything else to the kernel.
  *
- * The file is self-contained on purpose: it includes no system or libbpf
- * header, so the compiled object depends only on the clang version (see
- * ../gen.go). The few UAPI numbers it needs are written out below.
+ * It includes no system or libbpf header, only internal/bpf/xdp.h, the
+ * definitions it shares with the packet-rate harness's programs (types,
+ * UAPI numbers, helpers, wire formats), so the compiled object depends
+ * only on the clang version (see ../gen.go).
  *
  * Matching order (first hit wins; see ../doc.go for the whole story):
  *   0. not Ethernet/IPv4/IPv6 with at most one 802.1Q tag  -> pass (not_ip)
@@ -23,84 +24,9 @@
  * FLAG_DROP_NO_SOCKET is set.
  */
 
-typedef unsigned char __u8;
-typedef unsigned short __u16;
-typedef unsigned int __u32;
-typedef unsigned long long __u64;
-typedef __u16 __be16;
-typedef __u32 __be32;
+#include "../../../internal/bpf/xdp.h"
 
-#define SEC(name) __attribute__((section(name), used))
-#define __always_inline inline __attribute__((always_inline))
-
-/* BTF map definitions: each attribute is a pointer to an array whose length
- * is the value (integers) or a pointer to the type (key and value). */
-#define __uint(name, val) int(*name)[val]
-#define __type(name, val) typeof(val) *name
-
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define be16(x) ((__be16)__builtin_bswap16(x))
-#else
-#define be16(x) ((__be16)(x))
-#endif
 #define host16(x) be16(x)
-
-/* UAPI numbers (include/uapi/linux/bpf.h). */
-#define BPF_MAP_TYPE_HASH 1
-#define BPF_MAP_TYPE_ARRAY 2
-#define BPF_MAP_TYPE_PERCPU_ARRAY 6
-#define BPF_MAP_TYPE_LPM_TRIE 11
-#define BPF_MAP_TYPE_XSKMAP 17
-#define BPF_F_NO_PREALLOC 1
-
-#define XDP_DROP 1
-#define XDP_PASS 2
-#define XDP_REDIRECT 4
-
-struct xdp_md {
-	__u32 data;
-	__u32 data_end;
-	__u32 data_meta;
-	__u32 ingress_ifindex;
-	__u32 rx_queue_index;
-	__u32 egress_ifindex;
-};
-
-static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
-static long (*bpf_redirect_map)(void *map, __u64 key, __u64 flags) = (void *)51;
-
-/* Wire formats, only the fields we read. */
-#define ETH_HLEN 14
-#define ETH_P_IP 0x0800
-#define ETH_P_IPV6 0x86DD
-#define ETH_P_8021Q 0x8100
-#define IPPROTO_TCP 6
-#define IPPROTO_UDP 17
-#define IPPROTO_ICMPV6 58
-#define TCP_HLEN 20
-#define UDP_HLEN 8
-
-struct ipv4_hdr {
-	__u8 ver_ihl;
-	__u8 tos;
-	__be16 tot_len;
-	__be16 id;
-	__be16 frag_off;
-	__u8 ttl;
-	__u8 proto;
-	__be16 check;
-	__be32 saddr;
-	__be32 daddr;
-};
-
-struct ipv6_hdr {
-	__be32 ver_tc_flow;
-	__be16 payload_len;
-	__u8 nexthdr;
-	__u8 hop_limit;
-	__be32 saddr[4];
-	__be32 daddr[4];
-};
 
 /*
  * Rule keys, shared with Go (rule.go: ruleKey). kind says which match and

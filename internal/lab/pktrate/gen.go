@@ -2,9 +2,10 @@ package pktrate
 
 // The BPF objects are generated and committed (sink_bpfel.go/.o,
 // redirect_bpfel.go/.o), so building this package needs no clang.
-// Regenerate after editing bpf/*.c with
+// Regenerate after editing bpf/*.c or the header they share with
+// engine/steer (internal/bpf/xdp.h) with
 //
-//	go generate ./internal/lab/pktrate
+//	go generate ./internal/lab/pktrate   (or make generate: both packages)
 //
 // As for engine/steer: the C includes no system header (-nostdinc), bpf2go
 // passes -fno-ident and strips DWARF, so the objects depend only on the

@@ -13,9 +13,7 @@
  * switched on. Otherwise veth_xdp_xmit drops it. The harness's sink always
  * has its counting program attached.
  */
-#include "common.h"
-
-#define XDP_REDIRECT 4
+#include "../../../bpf/xdp.h"
 
 /* Set by the loader before the program is loaded (frozen .rodata). */
 volatile const __u32 out_ifindex;

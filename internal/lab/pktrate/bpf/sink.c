@@ -20,7 +20,7 @@
  * The counters are per CPU, so the hot path takes no lock and shares no
  * cache line; userspace sums them.
  */
-#include "common.h"
+#include "../../../bpf/xdp.h"
 
 #define CAPTURE_SLOTS 16
 #define CAPTURE_LEN 256
