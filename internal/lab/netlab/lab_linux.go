@@ -127,10 +127,38 @@ func (l *Lab) Namespace(name string) (*NS, error) {
 	return n, nil
 }
 
+var netnsDirOnce struct {
+	sync.Once
+	err error
+}
+
+// sharedNetnsDir makes NetnsDir a shared mount point, as iproute2's "ip
+// netns add" does, before anything is mounted in it. Otherwise the first
+// "ip netns add" on the machine (another test, BIRD's setup) bind-mounts
+// the directory over itself and hides every namespace mounted in it
+// before: those can then be neither listed nor removed.
+func sharedNetnsDir() error {
+	netnsDirOnce.Do(func() {
+		err := unix.Mount("", NetnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+		if errors.Is(err, unix.EINVAL) { // not a mount point yet
+			if err = unix.Mount(NetnsDir, NetnsDir, "none", unix.MS_BIND|unix.MS_REC, ""); err == nil {
+				err = unix.Mount("", NetnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+			}
+		}
+		if err != nil {
+			netnsDirOnce.err = fmt.Errorf("netlab: make %s a shared mount point: %w", NetnsDir, err)
+		}
+	})
+	return netnsDirOnce.err
+}
+
 // createNamed makes a new network namespace on a locked thread and
 // bind-mounts it at NetnsDir/full. On failure nothing is left behind.
 func createNamed(full string) (*NS, error) {
 	if err := os.MkdirAll(NetnsDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := sharedNetnsDir(); err != nil {
 		return nil, err
 	}
 	path := filepath.Join(NetnsDir, full)
