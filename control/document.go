@@ -79,8 +79,12 @@ type Document struct {
 	MuxPrefixes []netip.Prefix
 	// BGP is the Mux's BGP configuration; nil when the document has none.
 	BGP *BGP
-	// VIPs are the services, in document order.
+	// VIPs are the services, in document order, then the one-port VIPs
+	// of the inbound NAT rules (VIP.InboundNAT says which).
 	VIPs []VIP
+	// InboundNAT are the inbound NAT rules (each port of a range to one
+	// VM), as written; their VIPs are in VIPs.
+	InboundNAT []InboundNAT
 	// Hosts are the physical hosts and their VMs (for Host Agents).
 	Hosts []Host
 }
@@ -225,6 +229,10 @@ type VIP struct {
 	Probe *health.Spec
 	// Backends is the pool, in document order.
 	Backends []Backend
+	// InboundNAT names the inbound NAT rule this VIP stands for (one
+	// port to one VM; named "<rule>-<port>"); "" for the document's own
+	// VIPs. Marshal writes the rule, not the VIP.
+	InboundNAT string
 }
 
 // Backend is one DIP of a VIP's pool.

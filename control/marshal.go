@@ -87,12 +87,22 @@ func (d *Document) Marshal() ([]byte, error) {
 		}
 		add(root, "nodes", ns)
 	}
-	if len(d.VIPs) > 0 {
-		s := sequence()
+	if s := sequence(); len(d.VIPs) > 0 {
 		for i := range d.VIPs {
-			s.Content = append(s.Content, marshalVIP(&d.VIPs[i]))
+			if d.VIPs[i].InboundNAT == "" {
+				s.Content = append(s.Content, marshalVIP(&d.VIPs[i]))
+			}
 		}
-		add(root, "vips", s)
+		if len(s.Content) > 0 {
+			add(root, "vips", s)
+		}
+	}
+	if len(d.InboundNAT) > 0 {
+		s := sequence()
+		for i := range d.InboundNAT {
+			s.Content = append(s.Content, marshalInboundNAT(&d.InboundNAT[i]))
+		}
+		add(root, "inbound_nat", s)
 	}
 	if len(d.Hosts) > 0 {
 		s := sequence()

@@ -13,7 +13,7 @@ import (
 
 // Known keys of each mapping, in the order Marshal writes them.
 var (
-	documentKeys = []string{"version", "written", "hash_seed", "maglev_min_table_size", "node", "infra_prefixes", "mux_prefixes", "bgp", "nodes", "vips", "hosts", "checksum"}
+	documentKeys = []string{"version", "written", "hash_seed", "maglev_min_table_size", "node", "infra_prefixes", "mux_prefixes", "bgp", "nodes", "vips", "inbound_nat", "hosts", "checksum"}
 	nodeKeys     = []string{"name"}
 	nodeCfgKeys  = []string{"bgp"}
 	nodeBGPKeys  = []string{"asn", "router_id", "listen_addresses", "next_hop", "next_hop6", "peers"}
@@ -155,6 +155,10 @@ func (d *decoder) document(root *yaml.Node) *Document {
 	}
 	hosts := d.hosts(o.vals["hosts"])
 	doc.Hosts = hosts.list
+	var natVIPs []VIP
+	var natMetas []vipMeta
+	doc.InboundNAT, natVIPs, natMetas = d.inboundNAT(o.vals["inbound_nat"], hosts)
+	doc.VIPs, metas = append(doc.VIPs, natVIPs...), append(metas, natMetas...)
 	d.checkVIPs(doc, metas)
 	d.checkDIPs(doc, metas, hosts)
 	return doc
