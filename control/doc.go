@@ -69,6 +69,7 @@
 //	bgp             none      a Mux's BGP speaker (below)
 //	nodes           none      per-node settings, by node name: one document for the fleet (below)
 //	vips            none      the services (below)
+//	inbound_nat     none      one VIP port to one VM's port, over a range (below)
 //	hosts           none      hosts and VMs, for Host Agents (below)
 //
 // bgp:
@@ -153,6 +154,18 @@
 //	                          without a Host Agent (a kernel vxlan device) is not in hosts[]
 //	weight          1         0..65535 relative share of new flows; 0 drains
 //	state           active    active | draining (no new flows); health checks add "down"
+//
+// inbound_nat[] (e.g. SSH to single VMs through the VIP; each rule stands
+// for one-backend VIPs named <name>-<port>, in Document.VIPs):
+//
+//	name            required  1-57 letters, digits, '.', '_', '-'
+//	address         required  the VIP
+//	protocol        tcp       tcp | udp
+//	vni             0         the targets' VNI
+//	ports           required  a port or a range, e.g. 50001-50100: port first+i goes to targets[i]
+//	backend_port    required  the VMs' port, 1..65535
+//	targets         required  VM addresses of the VNI listed in hosts[] (their MAC and host
+//	                          come from there), one per port, in order
 //
 // hosts[] and hosts[].vms[]:
 //

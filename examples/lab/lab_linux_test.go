@@ -50,5 +50,8 @@ func TestLabRuns(t *testing.T) {
 	for _, vm := range append(slices.Clone(vms), vms6...) {
 		require.Regexp(t, `(?m)^\s+web6?\s+`+vm.Name+`\s+\S+\s+on host\d\s+up$`, string(out), vm.Name)
 	}
+	// Inbound NAT: each port answered by its one VM, every time.
+	require.Regexp(t, `198.18.100.1:50001 -> 198.18.31.1:8080: answers map\[vm11:10\]`, string(out))
+	require.Regexp(t, `198.18.100.1:50002 -> 198.18.31.2:8080: answers map\[vm12:10\]`, string(out))
 	require.Empty(t, netlab.Leftovers(labPrefix), "namespaces left behind")
 }

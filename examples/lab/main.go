@@ -202,6 +202,7 @@ func run(ctx context.Context, duration time.Duration, conns int, keep, useEtcd b
 	}
 	after := scrapeAll(t)
 	report(t, res, before, after, conns)
+	inboundNATReport(t)
 	if useEtcd {
 		t.fleetStatus(ctx)
 	}
@@ -594,4 +595,25 @@ func tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// inboundNATReport asks each port of the inbound NAT rule which VM
+// answers: each must be its one target, every time.
+func inboundNATReport(t *topo) {
+	hc := fleetlab.HTTPClient(t.Clients[0], 3*time.Second)
+	fmt.Println("\ninbound NAT (one VIP port to one VM):")
+	for _, r := range inboundNAT {
+		for i, target := range r.Targets {
+			port := int(r.FirstPort) + i
+			answers := map[string]int{}
+			for range 10 {
+				body, err := get(hc, fmt.Sprintf("http://%s/", net.JoinHostPort(vip, strconv.Itoa(port))))
+				if err != nil {
+					body = "error: " + err.Error()
+				}
+				answers[strings.TrimSpace(body)]++
+			}
+			fmt.Printf("  %s:%d -> %v:%d: answers %v\n", vip, port, target, r.BackendPort, answers)
+		}
+	}
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 
+	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/health"
 	"github.com/xdplb/xdplb/internal/lab/etcdlab"
@@ -68,6 +70,12 @@ var (
 	vms6 = fleetlab.FleetVMs6(vms)
 )
 
+// inboundNAT maps the VIP's ports 50001 and 50002 to vm11's and vm12's
+// HTTP port, one VM each (an inbound NAT rule, as for SSH to one VM).
+var inboundNAT = []control.InboundNAT{{Name: "direct", Address: fleetlab.FleetVIP, Protocol: flow.ProtoTCP,
+	VNI: fleetlab.FleetVNI, FirstPort: 50001, LastPort: 50002, BackendPort: dipTCP,
+	Targets: []netip.Addr{vms[0].Addr, vms[1].Addr}}}
+
 func muxAddr(i int) string  { return fleetlab.FleetMuxAddr(i).String() }
 func hostAddr(j int) string { return fleetlab.FleetHostAddr(j).String() }
 
@@ -109,6 +117,7 @@ func (t *topo) writeDocument(mux int) (string, error) {
 	path := filepath.Join(t.dir, name)
 	d := fleetlab.FleetDoc6(1, mux, t.bird != nil, services, pool, vms6)
 	d.Hosts = append(d.Hosts, kernelHost.Host()) // host3: kvx3's host, left out of the hosts section
+	d.InboundNAT = inboundNAT
 	return path, fleetlab.WriteDocument(path, d)
 }
 

@@ -79,6 +79,10 @@ type Doc struct {
 	BGP *control.BGP
 	// Nodes is a fleet document's nodes section (FleetShared).
 	Nodes []control.NodeConfig
+	// InboundNAT are inbound NAT rules, written to the document as they
+	// are (their one-port VIPs appear when a node parses it, not in
+	// Document's VIPs).
+	InboundNAT []control.InboundNAT
 	// Infra are the infrastructure prefixes (never NATed).
 	Infra []netip.Prefix
 	// MuxPrefixes are where the Muxes send VXLAN from (mux_prefixes):
@@ -114,6 +118,7 @@ func (d *Doc) Document() *control.Document {
 		MuxPrefixes:   d.MuxPrefixes,
 		BGP:           d.BGP,
 		Nodes:         d.Nodes,
+		InboundNAT:    d.InboundNAT,
 	}
 	for _, s := range d.Services {
 		v := control.VIP{Name: s.Name, Address: s.Addr, Protocol: s.Proto, Port: s.Port, VNI: s.VNI, Probe: s.Probe}
