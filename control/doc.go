@@ -70,6 +70,7 @@
 //	nodes           none      per-node settings, by node name: one document for the fleet (below)
 //	vips            none      the services (below)
 //	inbound_nat     none      one VIP port to one VM's port, over a range (below)
+//	outbound        none      VIP addresses VMs may use as their source (below)
 //	hosts           none      hosts and VMs, for Host Agents (below)
 //
 // bgp:
@@ -166,6 +167,19 @@
 //	backend_port    required  the VMs' port, 1..65535
 //	targets         required  VM addresses of the VNI listed in hosts[] (their MAC and host
 //	                          come from there), one per port, in order
+//
+// outbound[] (source NAT through a VIP for connections VMs open; issue
+// 13: the document part is done — parsed, validated, the pool computed —
+// and the nodes do not run it yet):
+//
+//	address         required  the VIP address used as the source; one section per address
+//	vni             0         the DIPs' VNI
+//	dips            required  VMs of the VNI listed in hosts[], in the address's family
+//	ports           1024-65535 the pool; whole units only, and the address's inbound
+//	                          ports (its VIPs' and inbound NAT rules', any protocol) are left out
+//	unit            64        ports per allocation, a power of two, 8..4096
+//	static[]        none      allocations without etcd: dip (one of dips) and ports
+//	                          (whole units of the pool, not overlapping)
 //
 // hosts[] and hosts[].vms[]:
 //

@@ -85,6 +85,9 @@ type Document struct {
 	// InboundNAT are the inbound NAT rules (each port of a range to one
 	// VM), as written; their VIPs are in VIPs.
 	InboundNAT []InboundNAT
+	// Outbound are the VIP addresses VMs may use as their source for
+	// connections they open (source NAT), with their port pools.
+	Outbound []Outbound
 	// Hosts are the physical hosts and their VMs (for Host Agents).
 	Hosts []Host
 }

@@ -104,6 +104,13 @@ func (d *Document) Marshal() ([]byte, error) {
 		}
 		add(root, "inbound_nat", s)
 	}
+	if len(d.Outbound) > 0 {
+		s := sequence()
+		for i := range d.Outbound {
+			s.Content = append(s.Content, marshalOutbound(&d.Outbound[i]))
+		}
+		add(root, "outbound", s)
+	}
 	if len(d.Hosts) > 0 {
 		s := sequence()
 		for i := range d.Hosts {

@@ -13,7 +13,7 @@ import (
 
 // Known keys of each mapping, in the order Marshal writes them.
 var (
-	documentKeys = []string{"version", "written", "hash_seed", "maglev_min_table_size", "node", "infra_prefixes", "mux_prefixes", "bgp", "nodes", "vips", "inbound_nat", "hosts", "checksum"}
+	documentKeys = []string{"version", "written", "hash_seed", "maglev_min_table_size", "node", "infra_prefixes", "mux_prefixes", "bgp", "nodes", "vips", "inbound_nat", "outbound", "hosts", "checksum"}
 	nodeKeys     = []string{"name"}
 	nodeCfgKeys  = []string{"bgp"}
 	nodeBGPKeys  = []string{"asn", "router_id", "listen_addresses", "next_hop", "next_hop6", "peers"}
@@ -160,6 +160,7 @@ func (d *decoder) document(root *yaml.Node) *Document {
 	doc.InboundNAT, natVIPs, natMetas = d.inboundNAT(o.vals["inbound_nat"], hosts)
 	doc.VIPs, metas = append(doc.VIPs, natVIPs...), append(metas, natMetas...)
 	d.checkVIPs(doc, metas)
+	doc.Outbound = d.outbound(o.vals["outbound"], doc, hosts)
 	d.checkDIPs(doc, metas, hosts)
 	return doc
 }
