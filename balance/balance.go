@@ -62,7 +62,10 @@ type Config struct {
 	// only), which keeps flows in place only while the backend set is
 	// unchanged.
 	Conns *flow.ConnTable
-	// Hasher must be configured with the fleet's seed.
+	// Hasher must be configured with the fleet's seed. When Conns was
+	// built with the same (flow.ConnTableConfig.Hasher), a 5-tuple rule's
+	// packets are hashed once: the Maglev hash also places the flow in the
+	// connection table (flow.ConnTable.PrepareHashed).
 	Hasher flow.Hasher
 	// DropOnConnFull drops new flows the connection table refuses;
 	// otherwise (the default) they are forwarded to their Maglev pick
@@ -111,10 +114,12 @@ func (s *Stats) add(c *[numStats]uint64) {
 //
 // With a connection table, Process works in two passes over the batch so
 // that the table's cache misses overlap: the first finds every packet's
-// rule and hash and starts its lookup (flow.ConnTable.Prepare), the
+// rule and hash and starts its lookup (flow.ConnTable.Prepare, or
+// PrepareHashed with the rule's hash when that is the table's too), the
 // second finishes the lookups and places the flows.
 type Stage struct {
 	cfg     Config
+	oneHash bool   // Conns places keys by cfg.Hasher: a 5-tuple hash serves both
 	budget  uint32 // new flows per VIP, per worker and window; 0: no limit
 	window  flow.Tick
 	clock   func() flow.Tick
@@ -176,6 +181,9 @@ func New(cfg Config) (*Stage, error) {
 	if ct := cfg.Conns; ct != nil {
 		if s.clock == nil {
 			s.clock = ct.Now
+		}
+		if h := ct.Hasher(); h != nil && h.Seed() == cfg.Hasher.Seed() {
+			s.oneHash = true
 		}
 		if cfg.VIPShare < 1 {
 			// Untrusted entries live at most one untrusted timeout from
@@ -392,7 +400,11 @@ func (s *Stage) Process(b *engine.Batch) {
 		}
 		p.Rule = r
 		p.Hash = s.cfg.Hasher.Hash(&p.Key, r.Mode)
-		if p.Flags&engine.FlagFragment == 0 {
+		switch {
+		case p.Flags&engine.FlagFragment != 0:
+		case s.oneHash && r.Mode == flow.Tuple5:
+			ct.PrepareHashed(&qs[i], &p.Key, p.Hash) // the key is hashed once
+		default:
 			ct.Prepare(&qs[i], &p.Key)
 		}
 		live |= 1 << uint(i)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/bits"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -144,6 +143,15 @@ type ConnTableConfig struct {
 	// which new flows may take: connections that prove themselves, however
 	// many, never shut new flows out.
 	ProvenShare float64
+	// Hasher, when set, is the flow hash the table places keys by:
+	// Hasher.Hash(k, Tuple5), mixed once more with a random key of the
+	// table's own, so that where a key lands stays secret even to someone
+	// who knows the fleet's seed. Give it the fleet's Hasher and a stage
+	// that has already hashed a packet's whole key (a 5-tuple rule's
+	// Maglev hash) hands that hash to PrepareHashed: the key is hashed
+	// once per packet instead of twice. Nil: the table hashes keys with a
+	// cheaper keyed mix of its own, and PrepareHashed is Prepare.
+	Hasher *Hasher
 }
 
 // DefaultProveAfter is the default ConnTableConfig.ProveAfter: 200 ms,
@@ -263,8 +271,8 @@ type connStripe struct {
 // tag per slot (0 for a free slot, else 1..15 from the key's hash) and
 // each slot's 2-bit StateClass.
 //
-// A key hashes (a seeded multiply-mix, independent of the fleet's flow
-// hash) to two candidate buckets; it is stored in whichever held fewer
+// A key hashes (a multiply-mix keyed at random per table, over the fleet's
+// flow hash when ConnTableConfig.Hasher is set) to two candidate buckets; it is stored in whichever held fewer
 // entries when it was inserted and never moves. Lookup loads both headers
 // first, so that both cache misses overlap, then, in the first bucket and
 // if need be the second, compares the key only with the slots whose tag
@@ -318,6 +326,7 @@ type ConnTable struct {
 	v4      ctTable[[3]atomic.Uint64, [0]uint64]
 	v6      ctTable[[6]atomic.Uint64, [1]uint64]
 	seed    [4]uint64
+	fleet   *Hasher           // ConnTableConfig.Hasher (copied); nil: the table's own hash
 	timeout [ctClasses]uint32 // ticks, indexed by StateClass
 	slack   [ctClasses]uint32 // how stale last-seen may get before Lookup refreshes it: timeout/32 (never for untrusted)
 	prove   uint32            // ProveAfter in ticks
@@ -395,6 +404,10 @@ func NewConnTable(cfg ConnTableConfig) (*ConnTable, error) {
 	for i := range t.seed {
 		t.seed[i] = rand.Uint64() | 1
 	}
+	if cfg.Hasher != nil {
+		h := *cfg.Hasher
+		t.fleet = &h
+	}
 	t.epoch = time.Now()
 	return t, nil
 }
@@ -419,49 +432,6 @@ func (t *ConnTable) Now() Tick { return t.TickAt(time.Now()) }
 func (t *ConnTable) TickAt(tm time.Time) Tick { return Tick(tm.Sub(t.epoch) / time.Millisecond) }
 
 func (t *ConnTable) stripe(i uint64) *connStripe { return &t.stripes[i&(ctStripes-1)] }
-
-// mum is a multiply-mix: the two halves of the 128-bit product folded.
-func ctMum(a, b uint64) uint64 {
-	hi, lo := bits.Mul64(a, b)
-	return hi ^ lo
-}
-
-// ctPortWord packs ports, protocol and VNI into one key word.
-func ctPortWord(k *Key) uint64 {
-	return uint64(k.SrcPort) | uint64(k.DstPort)<<16 | uint64(k.Proto)<<32 | uint64(k.VNI)<<40
-}
-
-// pack4 packs an IPv4 key into two words (only the first four bytes of
-// Src and Dst are used: Key guarantees the rest are zero) and hashes it.
-func (t *ConnTable) pack4(k *Key, p *ctKey) uint64 {
-	p[0] = uint64(binary.LittleEndian.Uint32(k.Src[:4])) | uint64(binary.LittleEndian.Uint32(k.Dst[:4]))<<32
-	p[1] = ctPortWord(k)
-	return ctMum(ctMum(p[0]^t.seed[0], p[1]^t.seed[1]), t.seed[2])
-}
-
-// pack6 packs an IPv6 key into five words and hashes it.
-func (t *ConnTable) pack6(k *Key, p *ctKey) uint64 {
-	p[0] = binary.LittleEndian.Uint64(k.Src[:8])
-	p[1] = binary.LittleEndian.Uint64(k.Src[8:])
-	p[2] = binary.LittleEndian.Uint64(k.Dst[:8])
-	p[3] = binary.LittleEndian.Uint64(k.Dst[8:])
-	p[4] = ctPortWord(k)
-	h := ctMum(p[0]^t.seed[0], p[1]^t.seed[1])
-	h = ctMum(h^p[2]^t.seed[2], p[3]^t.seed[3])
-	return ctMum(h^p[4], t.seed[0]^t.seed[2])
-}
-
-// family classifies a key: 4, 6, or 0 for one the table cannot hold.
-func ctFamily(k *Key) uint8 {
-	if k.VNI>>24 != 0 {
-		return 0
-	}
-	switch k.Family {
-	case FamilyIPv4, FamilyIPv6:
-		return k.Family
-	}
-	return 0
-}
 
 // Lookup returns the backend and class of flow k if it is present and not
 // idle past its timeout at now, and refreshes its last-seen tick (lazily:
@@ -506,6 +476,30 @@ func (t *ConnTable) Prepare(q *ConnQuery, k *Key) {
 		t.v4.prepare(q)
 	case FamilyIPv6:
 		q.hash = t.pack6(k, &q.p)
+		t.v6.prepare(q)
+	}
+}
+
+// PrepareHashed is Prepare with the key's hash already computed: hash
+// must be Hasher().Hash(k, Tuple5), the fleet hash the table was built
+// with (ConnTableConfig.Hasher), which a balancing stage has in hand for a
+// 5-tuple rule; the table then does not hash k again. A table without a
+// Hasher ignores hash and hashes k itself (Prepare), so a query is never
+// placed by a hash the table's other methods would not compute.
+func (t *ConnTable) PrepareHashed(q *ConnQuery, k *Key, hash uint64) {
+	if t.fleet == nil {
+		t.Prepare(q, k)
+		return
+	}
+	q.family = ctFamily(k)
+	switch q.family {
+	case FamilyIPv4:
+		t.put4(k, &q.p)
+		q.hash = t.spread(hash)
+		t.v4.prepare(q)
+	case FamilyIPv6:
+		t.put6(k, &q.p)
+		q.hash = t.spread(hash)
 		t.v6.prepare(q)
 	}
 }

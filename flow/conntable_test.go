@@ -391,47 +391,34 @@ func TestConnTableFillToCapacity(t *testing.T) {
 // TestConnTablePrepared: the prepared operations agree with the plain
 // ones, in both directions and for both families, also when the table
 // changed between Prepare and the operation (a stale header), and a query
-// of an invalid key fails like the plain calls.
+// of an invalid key fails like the plain calls. With a fleet Hasher the
+// same holds for queries prepared with the key's hash (PrepareHashed); a
+// table without one ignores the hash it is handed.
 func TestConnTablePrepared(t *testing.T) {
-	for _, fam := range []int{4, 6} {
-		t.Run(fmt.Sprint("IPv", fam), func(t *testing.T) {
-			ct := newCT(t, ConnTableConfig{Capacity: 4096})
-			const n = 500
-			qs := make([]ConnQuery, n)
-			for i := range n {
-				k := ctKeyOf(fam, uint32(i))
-				ct.Prepare(&qs[i], &k)
-			}
-			// Half inserted through queries, half plainly, after every
-			// query was prepared: all headers the queries hold are stale.
-			for i := range n {
-				k := ctKeyOf(fam, uint32(i))
-				if i%2 == 0 {
-					require.True(t, ct.InsertPrepared(&qs[i], uint32(i+1), ClassUDP, 10).Stored())
-				} else {
-					require.True(t, ct.Insert(&k, uint32(i+1), ClassUDP, 10).Stored())
-				}
-			}
-			for i := range n {
-				k := ctKeyOf(fam, uint32(i))
-				b, c, ok := ct.LookupPrepared(&qs[i], 11)
-				require.True(t, ok, i)
-				require.Equal(t, uint32(i+1), b)
-				require.Equal(t, ClassUDP, c)
-				b2, _, ok := ct.Lookup(&k, 11)
-				require.True(t, ok)
-				require.Equal(t, b, b2)
-			}
-			require.True(t, ct.SetClassPrepared(&qs[7], ClassClosing, 12))
-			k := ctKeyOf(fam, 7)
-			_, c, _ := ct.Lookup(&k, 12)
-			require.Equal(t, ClassClosing, c)
-			require.True(t, ct.Delete(&k))
-			_, _, ok := ct.LookupPrepared(&qs[7], 12)
-			require.False(t, ok, "deleted after Prepare")
-			require.False(t, ct.SetClassPrepared(&qs[7], ClassUDP, 12))
-			require.Equal(t, InsertInvalid, ct.InsertPrepared(&qs[8], 1, StateClass(9), 12))
-		})
+	fleet := NewHasher(99)
+	tests := []struct {
+		name   string
+		hasher *Hasher
+		hashed bool   // prepare with PrepareHashed
+		bogus  uint64 // XORed into the hash handed to PrepareHashed
+	}{
+		{"own hash", nil, false, 0},
+		{"fleet hash, Prepare", &fleet, false, 0},
+		{"fleet hash, PrepareHashed", &fleet, true, 0},
+		{"own hash, PrepareHashed ignores the hash", nil, true, 0xdead_beef},
+	}
+	for _, tt := range tests {
+		for _, fam := range []int{4, 6} {
+			t.Run(fmt.Sprintf("%s/IPv%d", tt.name, fam), func(t *testing.T) {
+				testConnTablePrepared(t, ConnTableConfig{Capacity: 4096, Hasher: tt.hasher}, fam, func(ct *ConnTable, q *ConnQuery, k *Key) {
+					if tt.hashed {
+						ct.PrepareHashed(q, k, fleet.Hash(k, Tuple5)^tt.bogus)
+					} else {
+						ct.Prepare(q, k)
+					}
+				})
+			})
+		}
 	}
 	ct := newCT(t, ConnTableConfig{Capacity: 64})
 	var q ConnQuery
@@ -439,11 +426,54 @@ func TestConnTablePrepared(t *testing.T) {
 	require.False(t, ok, "the zero query")
 	bad := ctKey4(1)
 	bad.VNI = 1 << 24
-	ct.Prepare(&q, &bad)
-	require.Equal(t, InsertInvalid, ct.InsertPrepared(&q, 1, ClassUDP, 1))
-	_, _, ok = ct.LookupPrepared(&q, 1)
-	require.False(t, ok)
-	require.False(t, ct.SetClassPrepared(&q, ClassUDP, 1))
+	for _, prep := range []func(){func() { ct.Prepare(&q, &bad) }, func() { ct.PrepareHashed(&q, &bad, 1) }} {
+		prep()
+		require.Equal(t, InsertInvalid, ct.InsertPrepared(&q, 1, ClassUDP, 1))
+		_, _, ok = ct.LookupPrepared(&q, 1)
+		require.False(t, ok)
+		require.False(t, ct.SetClassPrepared(&q, ClassUDP, 1))
+	}
+	require.Nil(t, ct.Hasher())
+	require.Equal(t, fleet.Seed(), newCT(t, ConnTableConfig{Capacity: 64, Hasher: &fleet}).Hasher().Seed())
+}
+
+func testConnTablePrepared(t *testing.T, cfg ConnTableConfig, fam int, prepare func(*ConnTable, *ConnQuery, *Key)) {
+	ct := newCT(t, cfg)
+	const n = 500
+	qs := make([]ConnQuery, n)
+	for i := range n {
+		k := ctKeyOf(fam, uint32(i))
+		prepare(ct, &qs[i], &k)
+	}
+	// Half inserted through queries, half plainly, after every
+	// query was prepared: all headers the queries hold are stale.
+	for i := range n {
+		k := ctKeyOf(fam, uint32(i))
+		if i%2 == 0 {
+			require.True(t, ct.InsertPrepared(&qs[i], uint32(i+1), ClassUDP, 10).Stored())
+		} else {
+			require.True(t, ct.Insert(&k, uint32(i+1), ClassUDP, 10).Stored())
+		}
+	}
+	for i := range n {
+		k := ctKeyOf(fam, uint32(i))
+		b, c, ok := ct.LookupPrepared(&qs[i], 11)
+		require.True(t, ok, i)
+		require.Equal(t, uint32(i+1), b)
+		require.Equal(t, ClassUDP, c)
+		b2, _, ok := ct.Lookup(&k, 11)
+		require.True(t, ok)
+		require.Equal(t, b, b2)
+	}
+	require.True(t, ct.SetClassPrepared(&qs[7], ClassClosing, 12))
+	k := ctKeyOf(fam, 7)
+	_, c, _ := ct.Lookup(&k, 12)
+	require.Equal(t, ClassClosing, c)
+	require.True(t, ct.Delete(&k))
+	_, _, ok := ct.LookupPrepared(&qs[7], 12)
+	require.False(t, ok, "deleted after Prepare")
+	require.False(t, ct.SetClassPrepared(&qs[7], ClassUDP, 12))
+	require.Equal(t, InsertInvalid, ct.InsertPrepared(&qs[8], 1, StateClass(9), 12))
 }
 
 // TestStateClassAdvance: every (current, seen) pair.
