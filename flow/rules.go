@@ -219,10 +219,14 @@ type Snapshot struct {
 	// IsVIPAddr (ICMP to a VIP: not the per-packet path).
 	vipAddrs map[vipAddrKey]struct{}
 	// anyVIP holds every VIP address whatever its VNI, protocol and port,
-	// for HasVIPAddr (per packet: source filters). Open addressing,
-	// linear probing, load at most 1/2; nil when there is no rule.
+	// with its VNI, for HasVIPAddr and VIPAddrVNI (per packet: source
+	// filters, the Mux's uplink). Open addressing, linear probing, load
+	// at most 1/2; nil when there is no rule.
 	anyVIP     []addrSlot
 	anyVIPMask uint64
+	// oneVNI is the VNI of every rule when they share one (oneVNIOK).
+	oneVNI   uint32
+	oneVNIOK bool
 
 	// Backend IDs: an open-addressing index from Backend.ID to its place,
 	// and the next ID to hand out (carried over from snapshot to snapshot).
@@ -243,53 +247,6 @@ type vipAddrKey struct {
 func (s *Snapshot) IsVIPAddr(k *Key) bool {
 	_, ok := s.vipAddrs[vipAddrKey{addr: k.Dst, vni: k.VNI, fam: k.Family}]
 	return ok
-}
-
-// addrSlot is one entry of the anyVIP set: an address as Key holds it
-// (two little-endian words and the family); family 0 marks an empty slot.
-type addrSlot struct {
-	a0, a1 uint64
-	family uint8
-}
-
-func addrHash(a0, a1 uint64, family uint8) uint64 {
-	hi, lo := bits.Mul64(a0^uint64(family)<<56^0x9e3779b97f4a7c15, a1^0xc2b2ae3d27d4eb4f)
-	return hi ^ lo
-}
-
-// HasVIPAddr reports whether addr, of family (a Key.Src or Key.Dst with
-// its Key.Family), is the address of any rule of s, in any VNI, for any
-// protocol and port. It does not allocate; it is meant to be called per
-// packet (a source filter drops packets whose source is a VIP).
-func (s *Snapshot) HasVIPAddr(addr *[16]byte, family uint8) bool {
-	if s.anyVIP == nil || family == 0 {
-		return false
-	}
-	a0, a1 := binary.LittleEndian.Uint64(addr[:8]), binary.LittleEndian.Uint64(addr[8:])
-	for i := addrHash(a0, a1, family) & s.anyVIPMask; ; i = (i + 1) & s.anyVIPMask {
-		e := &s.anyVIP[i]
-		if e.family == 0 {
-			return false
-		}
-		if e.a0 == a0 && e.a1 == a1 && e.family == family {
-			return true
-		}
-	}
-}
-
-// addAnyVIP adds an address to the anyVIP set (sized by NewSnapshot).
-func (s *Snapshot) addAnyVIP(addr *[16]byte, family uint8) {
-	a0, a1 := binary.LittleEndian.Uint64(addr[:8]), binary.LittleEndian.Uint64(addr[8:])
-	for i := addrHash(a0, a1, family) & s.anyVIPMask; ; i = (i + 1) & s.anyVIPMask {
-		e := &s.anyVIP[i]
-		if e.family == 0 {
-			*e = addrSlot{a0: a0, a1: a1, family: family}
-			return
-		}
-		if e.a0 == a0 && e.a1 == a1 && e.family == family {
-			return
-		}
-	}
 }
 
 // idSlot places one backend ID; id 0 marks an empty slot. It names the
@@ -369,7 +326,12 @@ func NewSnapshot(version uint64, rules []Rule, prev *Snapshot) (*Snapshot, error
 			ak.fam = FamilyIPv6
 		}
 		s.vipAddrs[ak] = struct{}{}
-		s.addAnyVIP(&ak.addr, ak.fam)
+		s.addAnyVIP(&ak.addr, ak.fam, ak.vni)
+		if i == 0 {
+			s.oneVNI, s.oneVNIOK = ak.vni, true
+		} else if ak.vni != s.oneVNI {
+			s.oneVNIOK = false
+		}
 		s.rules[i] = r
 	}
 	s.assignIDs(prev)

@@ -184,7 +184,7 @@ func ourMuxStages(tb testing.TB, doc *control.Document, ct *flow.ConnTable) []en
 	acct := balance.NewAccount(balance.AccountConfig{Encapsulated: true, Rules: rules})
 	src, err := guard.NewSources(guard.SourcesConfig{Rules: rules, Node: []netip.Addr{benchMuxSrc}, Infra: filterPrefixes(doc)})
 	require.NoError(tb, err)
-	return []engine.Stage{engine.Parse{}, src, uplinkVNI{&ctl.vnis}, icmp, bal, enc, nh, acct}
+	return []engine.Stage{engine.Parse{}, src, uplinkVNI{rules}, icmp, bal, enc, nh, acct}
 }
 
 // muxPeer is the Mux's job written the way one would with the usual Go

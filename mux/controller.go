@@ -62,9 +62,8 @@ type Controller struct {
 	announce Announcer // may be nil (no BGP)
 	steering Steering  // may be nil (no data path, tests)
 	log      *slog.Logger
-	vnis     atomic.Pointer[vniIndex] // VIP address → VNI, for the uplinkVNI stage
-	// snapshot is what the data path runs with: the rules and the VNI
-	// index of one version, published together (Snapshot).
+	// snapshot is what the data path runs with: the rules of one version,
+	// VIP addresses' VNIs included (Snapshot).
 	snapshot atomic.Pointer[muxSnapshot]
 
 	mu       sync.Mutex
@@ -170,7 +169,6 @@ func (c *Controller) Apply(doc *control.Document) error {
 	if err != nil {
 		return fmt.Errorf("mux: version %d: %w", doc.Version, err)
 	}
-	vnis := newVNIIndexOf(plan)
 	if err := c.checker.Set(probes); err != nil {
 		return fmt.Errorf("mux: version %d: health targets: %w", doc.Version, err)
 	}
@@ -184,7 +182,6 @@ func (c *Controller) Apply(doc *control.Document) error {
 		}
 	}
 	diff := c.plan.Diff(plan)
-	c.vnis.Store(vnis)
 	c.publish(snap, doc)
 	c.plan, c.ext, c.probes = plan, ext, probes
 	c.log.Info("mux: applied configuration", "version", doc.Version, "vips", len(doc.VIPs),
@@ -465,10 +462,10 @@ func steerConfig(doc *control.Document) steer.Config {
 
 // muxSnapshot is one version of what the Mux's data path runs with,
 // loaded by each worker once per batch (engine.Batch.Snapshot): every
-// stage of a batch sees the same rules and VNI index.
+// stage of a batch sees the same rules, and the VNI of every VIP address
+// with them (flow.Snapshot.VIPAddrVNI).
 type muxSnapshot struct {
 	rules *flow.Snapshot
-	vnis  *vniIndex
 }
 
 var _ engine.RuleSource = (*muxSnapshot)(nil)
@@ -481,11 +478,11 @@ func (s *muxSnapshot) RuleSnapshot() *flow.Snapshot {
 	return s.rules
 }
 
-// store publishes snap as the running rules, and with the VNI index in
-// force as the data path's snapshot. Called with c.mu held.
+// store publishes snap as the running rules and as the data path's
+// snapshot. Called with c.mu held.
 func (c *Controller) store(snap *flow.Snapshot) {
 	c.rules.Store(snap)
-	c.snapshot.Store(&muxSnapshot{rules: snap, vnis: c.vnis.Load()})
+	c.snapshot.Store(&muxSnapshot{rules: snap})
 }
 
 // Snapshot returns the data path's current snapshot, for

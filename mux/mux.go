@@ -614,7 +614,7 @@ func (m *Mux) pipeline(seed uint64, uplink int, resolver nexthop.Source, workers
 	m.accounts = append(m.accounts, acct)
 	m.balancers = append(m.balancers, bal)
 	m.mu.Unlock()
-	return engine.NewPipeline(engine.Parse{}, m.sources, m.partial, uplinkVNI{&m.ctl.vnis}, icmp, bal, enc, nh, acct), nil
+	return engine.NewPipeline(engine.Parse{}, m.sources, m.partial, uplinkVNI{m.rules}, icmp, bal, enc, nh, acct), nil
 }
 
 // The ports of every worker, by the data path builder's rule

@@ -80,7 +80,7 @@ func TestUplinkVNI(t *testing.T) {
 			var b engine.Batch
 			p := &engine.Packet{Key: tc.key}
 			require.True(t, b.Append(p))
-			uplinkVNI{&c.vnis}.Process(&b)
+			uplinkVNI{c.rules}.Process(&b)
 			require.Equal(t, tc.wantVNI, p.Key.VNI)
 			if tc.wantVNI != 0 {
 				// The ICMP stage asks IsVIPAddr, the balancing stage Lookup.
@@ -126,16 +126,16 @@ func TestUplinkVNINoAllocs(t *testing.T) {
 			pkts[i].Key = flow.KeyFrom(0, flow.ProtoTCP, netip.MustParseAddrPort("198.18.5.2:40000"), netip.MustParseAddrPort("198.18.100.1:80"))
 			b.Append(&pkts[i])
 		}
-		s := uplinkVNI{&c.vnis}
+		s := uplinkVNI{c.rules}
 		require.Zero(t, testing.AllocsPerRun(100, func() { s.Process(&b) }))
 	}
 }
 
-// TestVNIIndexMany fills the index with many VIPs of both families (long
-// probe chains included) and checks every address maps to its VNI and
-// addresses that are no VIP's are not found.
-func TestVNIIndexMany(t *testing.T) {
-	doc := &control.Document{}
+// TestUplinkVNIMany: with many VIPs of both families in many VNIs (long
+// probe chains included) every VIP address gets its VNI, and addresses
+// that are no VIP's keep VNI 0.
+func TestUplinkVNIMany(t *testing.T) {
+	doc := &control.Document{Version: 1}
 	var addrs []netip.Addr
 	for i := 0; i < 700; i++ {
 		a := netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})
@@ -143,21 +143,23 @@ func TestVNIIndexMany(t *testing.T) {
 			a = netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 14: byte(i >> 8), 15: byte(i)})
 		}
 		addrs = append(addrs, a)
-		doc.VIPs = append(doc.VIPs, control.VIP{Name: a.String(), Address: a, Protocol: flow.ProtoTCP, VNI: uint32(1 + i%50)})
+		doc.VIPs = append(doc.VIPs, control.VIP{Name: a.String(), Address: a, Protocol: flow.ProtoTCP, Port: 80,
+			VNI: uint32(1 + i%50), Distribution: flow.Tuple5})
 	}
-	idx, err := newVNIIndex(doc)
+	c, err := NewController(ControllerConfig{Rules: flow.NewRules(), Checker: &fakeChecker{}})
 	require.NoError(t, err)
-	require.False(t, idx.one)
+	require.NoError(t, c.Apply(doc))
+	run := func(a netip.Addr) uint32 {
+		var b engine.Batch
+		p := &engine.Packet{Key: flow.KeyFrom(0, flow.ProtoTCP, netip.AddrPortFrom(a, 1), netip.AddrPortFrom(a, 80))}
+		require.True(t, b.Append(p))
+		uplinkVNI{c.rules}.Process(&b)
+		return p.Key.VNI
+	}
 	for i, a := range addrs {
-		k := flow.KeyFrom(0, flow.ProtoTCP, netip.AddrPortFrom(a, 1), netip.AddrPortFrom(a, 80))
-		v, ok := idx.lookup(&k.Dst, k.Family)
-		require.True(t, ok, a)
-		require.Equal(t, uint32(1+i%50), v, a)
+		require.Equal(t, uint32(1+i%50), run(a), a)
 	}
 	for _, s := range []string{"198.18.9.9", "2001:db8::9:9", "2001:db8::1:0", "0.0.0.0"} {
-		a := netip.MustParseAddr(s)
-		k := flow.KeyFrom(0, flow.ProtoTCP, netip.AddrPortFrom(a, 1), netip.AddrPortFrom(a, 80))
-		_, ok := idx.lookup(&k.Dst, k.Family)
-		require.False(t, ok, s)
+		require.Zero(t, run(netip.MustParseAddr(s)), s)
 	}
 }

@@ -1,0 +1,89 @@
+package flow
+
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
+// addrSlot is one entry of a snapshot's set of VIP addresses (anyVIP): an
+// address as Key holds it (two little-endian words and the family; family
+// 0 marks an empty slot) and the VNI of its rules, unless they are in
+// several (multi).
+type addrSlot struct {
+	a0, a1 uint64
+	vni    uint32
+	family uint8
+	multi  bool
+}
+
+func addrHash(a0, a1 uint64, family uint8) uint64 {
+	hi, lo := bits.Mul64(a0^uint64(family)<<56^0x9e3779b97f4a7c15, a1^0xc2b2ae3d27d4eb4f)
+	return hi ^ lo
+}
+
+// findAddr returns the slot of addr in the anyVIP set, or nil.
+func (s *Snapshot) findAddr(addr *[16]byte, family uint8) *addrSlot {
+	if s.anyVIP == nil || family == 0 {
+		return nil
+	}
+	a0, a1 := binary.LittleEndian.Uint64(addr[:8]), binary.LittleEndian.Uint64(addr[8:])
+	for i := addrHash(a0, a1, family) & s.anyVIPMask; ; i = (i + 1) & s.anyVIPMask {
+		e := &s.anyVIP[i]
+		if e.family == 0 {
+			return nil
+		}
+		if e.a0 == a0 && e.a1 == a1 && e.family == family {
+			return e
+		}
+	}
+}
+
+// HasVIPAddr reports whether addr, of family (a Key.Src or Key.Dst with
+// its Key.Family), is the address of any rule of s, in any VNI, for any
+// protocol and port. It does not allocate; it is meant to be called per
+// packet (a source filter drops packets whose source is a VIP).
+func (s *Snapshot) HasVIPAddr(addr *[16]byte, family uint8) bool {
+	return s.findAddr(addr, family) != nil
+}
+
+// VIPAddrVNI returns the VNI of the rules whose VIP address is addr, of
+// family (a Key.Dst with its Key.Family), whatever their protocol and
+// port; ok is false when addr is no rule's address, or the address of
+// rules in more than one VNI. It does not allocate; it is meant to be
+// called per packet: a Mux's uplink carries no VNI, and finds the tenant
+// of a packet by its destination.
+func (s *Snapshot) VIPAddrVNI(addr *[16]byte, family uint8) (vni uint32, ok bool) {
+	if e := s.findAddr(addr, family); e != nil && !e.multi {
+		return e.vni, true
+	}
+	return 0, false
+}
+
+// SingleVNI returns the VNI of every rule of s when they all share one;
+// ok is false when they do not, or s has no rule. A stage that must find
+// each packet's VNI (VIPAddrVNI) skips the lookups when there is only one.
+func (s *Snapshot) SingleVNI() (vni uint32, ok bool) {
+	if !s.oneVNIOK {
+		return 0, false
+	}
+	return s.oneVNI, true
+}
+
+// addAnyVIP adds an address of a rule in VNI vni to the anyVIP set (sized
+// by NewSnapshot).
+func (s *Snapshot) addAnyVIP(addr *[16]byte, family uint8, vni uint32) {
+	a0, a1 := binary.LittleEndian.Uint64(addr[:8]), binary.LittleEndian.Uint64(addr[8:])
+	for i := addrHash(a0, a1, family) & s.anyVIPMask; ; i = (i + 1) & s.anyVIPMask {
+		e := &s.anyVIP[i]
+		if e.family == 0 {
+			*e = addrSlot{a0: a0, a1: a1, vni: vni, family: family}
+			return
+		}
+		if e.a0 == a0 && e.a1 == a1 && e.family == family {
+			if e.vni != vni {
+				e.multi = true
+			}
+			return
+		}
+	}
+}
