@@ -616,13 +616,16 @@ func (t *ctTable[S, P]) snapshot(i uint64, out *[ctSlots]ctEntry) int {
 
 // ctAligned allocates n zeroed values of T (which must hold no pointers)
 // starting on a cache-line boundary, so that no bucket straddles more lines
-// than its size needs and no two stripes of counters share one.
+// than its size needs and no two stripes of counters share one; a large
+// table is given huge pages where the system does so on request
+// (ctHugePages).
 func ctAligned[T any](n int) []T {
 	var zero T
 	size := unsafe.Sizeof(zero)
 	words := (uintptr(n)*size + ctCacheLine + 7) / 8
 	raw := make([]uint64, words)
 	p := unsafe.Pointer(unsafe.SliceData(raw))
+	ctHugePages(p, words*8)
 	off := (ctCacheLine - uintptr(p)%ctCacheLine) % ctCacheLine
 	return unsafe.Slice((*T)(unsafe.Add(p, off)), n)
 }
