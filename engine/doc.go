@@ -32,7 +32,7 @@
 // the type its node publishes, and never loads configuration of its own
 // while a worker snapshot is there. So every packet of a batch, through
 // every stage, sees one version, and a reload is one pointer store. The
-// Mux publishes its rules and VNI index this way, the Host Agent its
+// Mux publishes its rules (VIP addresses' VNIs included) this way, the Host Agent its
 // rules, local endpoints (encap.EndpointsSource) and NAT view
 // (nat.ViewSource). Stages built with their own flow.Rules (or EndpointTable,
 // or Translator state) fall back to loading it when run without a worker

@@ -22,8 +22,8 @@ import (
 // id, peers and addresses).
 //
 // Applying a plan (Controller.Apply) builds the rule snapshot from Rules
-// (with the health states known then), publishes it with the VNI index,
-// syncs the steering program, hands the probe targets to the health
+// (with the health states known then; it holds each VIP address's VNI
+// too), publishes it, syncs the steering program, hands the probe targets to the health
 // checker and announces the VIP addresses that are servable.
 type Plan struct {
 	// Version is the document's version.
@@ -103,7 +103,7 @@ type PlanDiff struct {
 	// AnnounceAdded and AnnounceRemoved are the VIP prefixes that come and
 	// go (subject to health).
 	AnnounceAdded, AnnounceRemoved []netip.Prefix
-	// VNIs is true when the VNI index changes.
+	// VNIs is true when a VIP address's VNI changes (or one comes or goes).
 	VNIs bool
 	// HashSeed is true when the flow hash seed changes: every VIP's new
 	// flows move.
