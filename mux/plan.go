@@ -23,8 +23,9 @@ import (
 //
 // Applying a plan (Controller.Apply) builds the rule snapshot from Rules
 // (with the health states known then; it holds each VIP address's VNI
-// too), publishes it, syncs the steering program, hands the probe targets to the health
-// checker and announces the VIP addresses that are servable.
+// too), publishes it, syncs the steering program, hands the probe
+// targets to the health checker and announces the VIP addresses that are
+// servable.
 type Plan struct {
 	// Version is the document's version.
 	Version uint64
