@@ -272,20 +272,24 @@ func (e *Encap) encap(b *engine.Batch, p *engine.Packet) engine.DropReason {
 	l3 := int(p.L3Off)
 	var l3len int
 	var tc uint8 // inner DSCP and ECN, copied to the outer header
+	var ip4 header.IPv4
+	var ip6 header.IPv6
+	var ttl uint8 // inner TTL or hop limit
 	switch {
 	case p.Flags&engine.FlagIPv4 != 0 && l3+header.IPv4MinSize <= len(data):
-		ip := header.IPv4(data[l3:])
-		l3len, tc = int(ip.TotalLength()), ip.TOS()
+		ip4 = header.IPv4(data[l3:])
+		l3len, tc, ttl = int(ip4.TotalLength()), ip4.TOS(), ip4.TTL()
 	case p.Flags&engine.FlagIPv6 != 0 && l3+header.IPv6Size <= len(data):
-		ip := header.IPv6(data[l3:])
-		l3len, tc = header.IPv6Size+int(ip.PayloadLength()), ip.TrafficClass()
+		ip6 = header.IPv6(data[l3:])
+		l3len, tc, ttl = header.IPv6Size+int(ip6.PayloadLength()), ip6.TrafficClass(), ip6.HopLimit()
 	default:
 		return engine.DropUnsupported
 	}
 	if l3 < header.EthernetSize || l3+l3len > len(data) {
 		return engine.DropUnsupported
 	}
-	if e.cfg.DecrementTTL && guard.Expired(p) {
+	// guard.Expired and guard.Decrement, on the views at hand.
+	if e.cfg.DecrementTTL && ttl <= 1 {
 		return guard.DropTTLExceeded
 	}
 	inner := header.EthernetSize + l3len // VLAN tags and Ethernet padding go
@@ -297,7 +301,11 @@ func (e *Encap) encap(b *engine.Batch, p *engine.Packet) engine.DropReason {
 		return engine.DropNoHeadroom
 	}
 	if e.cfg.DecrementTTL {
-		guard.Decrement(p)
+		if ip4 != nil {
+			ip4.SetTTLWithChecksumUpdate(ttl - 1)
+		} else {
+			ip6.SetHopLimit(ttl - 1)
+		}
 	}
 
 	src := e.cfg.InnerSrcMAC
