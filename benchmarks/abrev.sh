@@ -45,6 +45,18 @@ done | tee "$d/rounds"
 echo "medians (cpu-ns/pkt; x-faster: the gopacket peer's wall ns/pkt over ours, same process):"
 sort -k1,1 -k2,2 -k3,3n "$d/rounds" | awk '
 	{ k = $1 " " $2; v[k, ++n[k]] = $3 }
-	END { for (k in n) { m = n[k]; print k, (m % 2 ? v[k, (m+1)/2] : (v[k, m/2] + v[k, m/2+1]) / 2) } }' |
-	sort | awk '{ print; if ($2 == "before") b[$1] = $3; if ($2 == "after") a[$1] = $3 }
-	END { for (k in a) if (b[k] > 0) printf "%s after/before %.3f\n", k, a[k] / b[k] }'
+	END { for (k in n) { m = n[k]; print k, (m % 2 ? v[k, (m+1)/2] : (v[k, m/2] + v[k, m/2+1]) / 2) } }' | sort
+# The ratio that means most on a shared machine: after over before within
+# each round (the two ran seconds apart), then the median of those.
+echo "after/before, per round and median:"
+awk '
+	$2 == "before" { b[$1] = $3 }
+	$2 == "after" && ($1 in b) { r[$1, ++n[$1]] = $3 / b[$1]; delete b[$1] }
+	END {
+		for (k in n) {
+			m = n[k]; s = ""
+			for (i = 1; i <= m; i++) { v[i] = r[k, i]; s = s sprintf(" %.2f", v[i]) }
+			for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+			printf "%s%s; median %.3f\n", k, s, m % 2 ? v[(m+1)/2] : (v[m/2] + v[m/2+1]) / 2
+		}
+	}' "$d/rounds" | sort
