@@ -38,12 +38,17 @@
 // ConnTable remembers which backend each established flow was sent to, so
 // that flows keep their backend when the Maglev table changes (a backend
 // added, drained or reweighted). It is lock-free for readers, sized once,
-// and ages entries by protocol state.
+// and ages entries by protocol state. Built with the fleet's Hasher
+// (ConnTableConfig.Hasher) it places a key by the key's 5-tuple flow hash,
+// so a stage that has hashed the key for Maglev hands that hash over
+// (ConnTable.PrepareHashed) and each packet is hashed once. Large tables
+// ask the kernel for transparent huge pages.
 //
 // # Rules
 //
 // Rules is the data path's view of configuration: an immutable, versioned
-// Snapshot of VIP → pool rules published with an atomic pointer. A worker
+// Snapshot of VIP → pool rules published with an atomic pointer; it also
+// knows every VIP address and its VNI (HasVIPAddr, VIPAddrVNI). A worker
 // loads the snapshot once per batch, finds a packet's Rule by VIP
 // (Snapshot.Lookup: exact port first, then the VIP's all-ports rule) and
 // picks a backend for a new flow with Rule.Pick. Rules.Update applies a new

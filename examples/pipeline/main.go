@@ -44,11 +44,14 @@ func run(nflows, npackets int) error {
 	if _, err := rules.Update(1, []flow.Rule{{Name: "web", VIP: flow.VIP{Addr: vip, Proto: flow.ProtoTCP, Port: 80}, Backends: pool}}); err != nil {
 		return err
 	}
-	conns, err := flow.NewConnTable(flow.ConnTableConfig{Capacity: 2 * nflows})
+	// The connection table places flows by the fleet's hash, so the
+	// balance stage hashes each packet once (for Maglev and the table).
+	hasher := flow.NewHasher(0x5eed)
+	conns, err := flow.NewConnTable(flow.ConnTableConfig{Capacity: 2 * nflows, Hasher: &hasher})
 	if err != nil {
 		return err
 	}
-	bal, err := balance.New(balance.Config{Rules: rules, Conns: conns, Hasher: flow.NewHasher(0x5eed)})
+	bal, err := balance.New(balance.Config{Rules: rules, Conns: conns, Hasher: hasher})
 	if err != nil {
 		return err
 	}
