@@ -161,7 +161,7 @@ func muxConnTable(tb testing.TB, flows int) *flow.ConnTable {
 
 // ourMuxStages returns the Mux's pipeline over doc, wired as Mux.pipeline
 // wires it, with the connection table ct and the fixed next hop: a
-// Controller applies doc (rules and the uplink VNI index), then Parse →
+// Controller applies doc (rules, VIP addresses with their VNIs), then Parse →
 // uplinkVNI → ICMP → balance → encap → next hop → account.
 func ourMuxStages(tb testing.TB, doc *control.Document, ct *flow.ConnTable) []engine.Stage {
 	rules := flow.NewRules()

@@ -132,8 +132,9 @@ func TestControllerHealthAndAnnouncements(t *testing.T) {
 }
 
 // TestControllerApplyWholeOrNothing: a version whose steering sync fails
-// changes nothing — rules, VNI index, steering and probe targets stay the
-// running version's — and the next version applies.
+// changes nothing — rules (VIP addresses' VNIs included), steering and
+// probe targets stay the running version's — and the next version
+// applies.
 func TestControllerApplyWholeOrNothing(t *testing.T) {
 	doc, err := control.Parse([]byte(doc1))
 	require.NoError(t, err)

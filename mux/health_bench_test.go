@@ -63,7 +63,7 @@ func allUp(doc *control.Document) *fakeChecker {
 // BenchmarkFirstApply measures a Mux's first Apply of a document of 10k
 // VIPs × 10 unprobed backends (every Maglev table is built): time per
 // apply, bytes allocated, and MiB-retained, the heap the running
-// configuration keeps (snapshot, VNI index, health targets) after a GC.
+// configuration keeps (snapshot, health targets) after a GC.
 func BenchmarkFirstApply(b *testing.B) {
 	for _, sz := range []struct{ vips, per int }{{10_000, 10}} {
 		b.Run(fmt.Sprintf("vips=%d/backends=%d", sz.vips, sz.per), func(b *testing.B) {
