@@ -215,13 +215,27 @@ func (s *Sources) Store(set *Prefixes) {
 // Prefixes returns the set in use.
 func (s *Sources) Prefixes() *Prefixes { return s.set.Load() }
 
-// Process implements engine.Stage.
+// PrefixSource is what a node's data-path snapshot (engine.Batch.Snapshot)
+// implements to carry the source filter's prefix set in the same version
+// as its rules: Sources then uses the batch's set, not its own.
+type PrefixSource interface {
+	SourcePrefixes() *Prefixes
+}
+
+// Process implements engine.Stage. The prefix set is the batch
+// snapshot's when it carries one (PrefixSource), else the stage's own
+// (Store, SetPrefixes).
 func (s *Sources) Process(b *engine.Batch) {
 	var snap *flow.Snapshot
 	if s.rules != nil {
 		snap = b.Rules(s.rules)
 	}
 	set := s.set.Load()
+	if ps, ok := b.Snapshot.(PrefixSource); ok {
+		if p := ps.SourcePrefixes(); p != nil {
+			set = p
+		}
+	}
 	for _, p := range b.Packets() {
 		if r := s.check(snap, set, p); r != 0 {
 			b.Drop(p, r)

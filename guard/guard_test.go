@@ -76,7 +76,13 @@ func newRules(t testing.TB) *flow.Rules {
 // run passes one frame through Parse and the stage; it returns the drop
 // reason's name ("" when it passed) and the frame after the pipeline.
 func run(t testing.TB, st engine.Stage, fr []byte) (string, []byte) {
+	return runWith(t, st, fr, nil)
+}
+
+// runWith runs fr through st in a batch whose snapshot is snap.
+func runWith(t testing.TB, st engine.Stage, fr []byte, snap any) (string, []byte) {
 	var b engine.Batch
+	b.Snapshot = snap
 	var ctr engine.Counters
 	b.Counters = &ctr
 	var p engine.Packet
@@ -175,6 +181,29 @@ func TestSourcesReload(t *testing.T) {
 	require.Equal(t, "src_infra", got, "a refused set leaves the one in use")
 	_, err = guard.NewSources(guard.SourcesConfig{Node: []netip.Addr{{}}})
 	require.Error(t, err)
+}
+
+// prefixSnap is a node's snapshot carrying the source filter's set.
+type prefixSnap struct{ set *guard.Prefixes }
+
+func (s prefixSnap) SourcePrefixes() *guard.Prefixes { return s.set }
+
+// TestSourcesSnapshotPrefixes: a batch whose snapshot carries a prefix
+// set (guard.PrefixSource) is filtered by that set, whatever the stage's
+// own; without one, by the stage's own.
+func TestSourcesSnapshotPrefixes(t *testing.T) {
+	s, err := guard.NewSources(guard.SourcesConfig{Rules: newRules(t),
+		Infra: []netip.Prefix{netip.MustParsePrefix("198.18.77.0/24")}})
+	require.NoError(t, err)
+	infra, err := guard.NewPrefixes(nil, []netip.Prefix{netip.MustParsePrefix("198.18.11.0/24")})
+	require.NoError(t, err)
+	fr := frame(t, cl4, vip4, 64, false, 0) // cl4 is in 198.18.11.0/24
+	got, _ := runWith(t, s, fr, prefixSnap{infra})
+	require.Equal(t, "src_infra", got, "the batch's set")
+	got, _ = runWith(t, s, fr, nil)
+	require.Empty(t, got, "the stage's own set")
+	got, _ = runWith(t, s, fr, prefixSnap{nil})
+	require.Empty(t, got, "a snapshot without a set: the stage's own")
 }
 
 func TestTTL(t *testing.T) {

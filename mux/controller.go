@@ -15,6 +15,7 @@ import (
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/engine/steer"
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/guard"
 	"github.com/xdplb/xdplb/health"
 )
 
@@ -56,12 +57,14 @@ type Checker interface {
 // the running snapshot) and publishes the result as one snapshot; BGP is
 // told only when a VIP address becomes servable or stops being.
 type Controller struct {
-	node     string
-	rules    *flow.Rules
-	checker  Checker
-	announce Announcer // may be nil (no BGP)
-	steering Steering  // may be nil (no data path, tests)
-	log      *slog.Logger
+	sourcePrefixes func(*control.Document) (*guard.Prefixes, error)
+	sources        *guard.Prefixes // the running version's (guarded by mu)
+	node           string
+	rules          *flow.Rules
+	checker        Checker
+	announce       Announcer // may be nil (no BGP)
+	steering       Steering  // may be nil (no data path, tests)
+	log            *slog.Logger
 	// snapshot is what the data path runs with: the rules of one version,
 	// VIP addresses' VNIs included (Snapshot).
 	snapshot atomic.Pointer[muxSnapshot]
@@ -102,6 +105,10 @@ type ControllerConfig struct {
 	// (SetDIPHealth), not probed by the Checker, which gets only the
 	// other backends' targets. See Config.ExternalHealth.
 	ExternalHealth bool
+	// SourcePrefixes, when set, builds the source filter's prefix set of
+	// a document (guard.NewPrefixes), published in the same snapshot as
+	// its rules (guard.PrefixSource); an error refuses the document.
+	SourcePrefixes func(*control.Document) (*guard.Prefixes, error)
 }
 
 // NewController returns a Controller; Apply gives it its first document.
@@ -112,7 +119,7 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Controller{node: cfg.Node, rules: cfg.Rules, checker: cfg.Checker, announce: cfg.Announcer,
+	return &Controller{sourcePrefixes: cfg.SourcePrefixes, node: cfg.Node, rules: cfg.Rules, checker: cfg.Checker, announce: cfg.Announcer,
 		steering: cfg.Steering, log: cfg.Logger, external: cfg.ExternalHealth}, nil
 }
 
@@ -169,6 +176,12 @@ func (c *Controller) Apply(doc *control.Document) error {
 	if err != nil {
 		return fmt.Errorf("mux: version %d: %w", doc.Version, err)
 	}
+	sources := c.sources
+	if c.sourcePrefixes != nil {
+		if sources, err = c.sourcePrefixes(doc); err != nil {
+			return fmt.Errorf("mux: version %d: source prefixes: %w", doc.Version, err)
+		}
+	}
 	if err := c.checker.Set(probes); err != nil {
 		return fmt.Errorf("mux: version %d: health targets: %w", doc.Version, err)
 	}
@@ -182,6 +195,7 @@ func (c *Controller) Apply(doc *control.Document) error {
 		}
 	}
 	diff := c.plan.Diff(plan)
+	c.sources = sources
 	c.publish(snap, doc)
 	c.plan, c.ext, c.probes = plan, ext, probes
 	c.log.Info("mux: applied configuration", "version", doc.Version, "vips", len(doc.VIPs),
@@ -465,7 +479,16 @@ func steerConfig(doc *control.Document) steer.Config {
 // stage of a batch sees the same rules, and the VNI of every VIP address
 // with them (flow.Snapshot.VIPAddrVNI).
 type muxSnapshot struct {
-	rules *flow.Snapshot
+	rules   *flow.Snapshot
+	sources *guard.Prefixes // the source filter's set (guard.PrefixSource)
+}
+
+// SourcePrefixes implements guard.PrefixSource.
+func (s *muxSnapshot) SourcePrefixes() *guard.Prefixes {
+	if s == nil {
+		return nil
+	}
+	return s.sources
 }
 
 var _ engine.RuleSource = (*muxSnapshot)(nil)
@@ -482,7 +505,7 @@ func (s *muxSnapshot) RuleSnapshot() *flow.Snapshot {
 // snapshot. Called with c.mu held.
 func (c *Controller) store(snap *flow.Snapshot) {
 	c.rules.Store(snap)
-	c.snapshot.Store(&muxSnapshot{rules: snap})
+	c.snapshot.Store(&muxSnapshot{rules: snap, sources: c.sources})
 }
 
 // Snapshot returns the data path's current snapshot, for

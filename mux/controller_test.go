@@ -11,6 +11,7 @@ import (
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/engine/steer"
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/guard"
 	"github.com/xdplb/xdplb/health"
 )
 
@@ -162,4 +163,39 @@ func TestControllerApplyWholeOrNothing(t *testing.T) {
 	require.NoError(t, c.Apply(&doc2))
 	require.Len(t, chk.targets, 1)
 	require.EqualValues(t, 2, rules.Load().Version)
+}
+
+// TestControllerSourcePrefixes: the source filter's set of a version is
+// published in the same snapshot as its rules; a version whose set
+// cannot be built is refused whole.
+func TestControllerSourcePrefixes(t *testing.T) {
+	doc, err := control.Parse([]byte(doc1))
+	require.NoError(t, err)
+	var fail error
+	sets := map[uint64]*guard.Prefixes{}
+	c, err := NewController(ControllerConfig{Rules: flow.NewRules(), Checker: &fakeChecker{states: map[string]health.State{}},
+		SourcePrefixes: func(d *control.Document) (*guard.Prefixes, error) {
+			if fail != nil {
+				return nil, fail
+			}
+			set, err := guard.NewPrefixes(nil, d.InfraPrefixes)
+			sets[d.Version] = set
+			return set, err
+		}})
+	require.NoError(t, err)
+	require.NoError(t, c.Apply(doc))
+	snap := c.snapshot.Load()
+	require.Same(t, sets[1], snap.SourcePrefixes())
+	require.EqualValues(t, 1, snap.RuleSnapshot().Version)
+
+	doc2 := *doc
+	doc2.Version = 2
+	fail = errors.New("bad prefix")
+	require.ErrorContains(t, c.Apply(&doc2), "source prefixes: bad prefix")
+	require.Same(t, snap, c.snapshot.Load(), "a refused version publishes nothing")
+	fail = nil
+	require.NoError(t, c.Apply(&doc2))
+	snap = c.snapshot.Load()
+	require.Same(t, sets[2], snap.SourcePrefixes(), "the set of the version of the rules")
+	require.EqualValues(t, 2, snap.RuleSnapshot().Version)
 }

@@ -164,9 +164,11 @@ type Mux struct {
 	// this machine; shared by every worker's pipeline.
 	partial *engine.PartialChecksums
 	// sources is the source filter, shared by every worker's pipeline:
-	// the VIPs come from the rules, the node addresses (nodeAddrs, set by
-	// Run before the first document) and the document's infrastructure
-	// and Mux prefixes from apply.
+	// the VIPs come from the rules, and the prefix set — the node
+	// addresses (nodeAddrs, set by Run before the first document), the
+	// document's infrastructure and Mux prefixes — from the batch's
+	// snapshot (sourcePrefixes, published by the Controller with the
+	// rules of the same version).
 	sources   *guard.Sources
 	nodeAddrs []netip.Addr
 	// forwarding is true from the moment the data path runs until it
@@ -213,7 +215,7 @@ func New(cfg Config) (*Mux, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
-	m.ctl, err = NewController(ControllerConfig{Node: cfg.Node, Rules: m.rules, Checker: m.checker, Logger: cfg.Logger,
+	m.ctl, err = NewController(ControllerConfig{SourcePrefixes: m.sourcePrefixes, Node: cfg.Node, Rules: m.rules, Checker: m.checker, Logger: cfg.Logger,
 		ExternalHealth: cfg.ExternalHealth})
 	if err != nil {
 		return nil, err
@@ -357,10 +359,6 @@ func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
 	if err != nil {
 		return err
 	}
-	set, err := guard.NewPrefixes(m.nodeAddrs, filterPrefixes(doc))
-	if err != nil {
-		return err
-	}
 	m.mu.Lock()
 	running := m.announcer
 	m.mu.Unlock()
@@ -375,7 +373,6 @@ func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
 	if err := m.ctl.Apply(doc); err != nil {
 		return err
 	}
-	m.sources.Store(set)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.prefetch(ctx, doc)
@@ -634,4 +631,11 @@ func (m *Mux) Stats() engine.Stats {
 		return engine.Stats{}
 	}
 	return dp.Engine().Stats()
+}
+
+// sourcePrefixes is the source filter's set for doc: the Mux's own
+// addresses, the infrastructure and Mux prefixes (published with the
+// document's rules, in one snapshot).
+func (m *Mux) sourcePrefixes(doc *control.Document) (*guard.Prefixes, error) {
+	return guard.NewPrefixes(m.nodeAddrs, filterPrefixes(doc))
 }
