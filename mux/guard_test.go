@@ -40,7 +40,9 @@ vips:
 			&layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, EthernetType: layers.EthernetTypeIPv4},
 			&layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: netip.MustParseAddr(src).AsSlice(), DstIP: netip.MustParseAddr("198.18.100.1").AsSlice()},
 			&layers.UDP{SrcPort: 7, DstPort: 7}, gopacket.Payload("x"))
-		var b engine.Batch
+		// The batch carries the running snapshot, as a worker's does:
+		// the prefix set comes with the rules of its version.
+		b := engine.Batch{Snapshot: m.ctl.Snapshot()}
 		var p engine.Packet
 		buf := make([]byte, 2048)
 		copy(buf[128:], fr)
