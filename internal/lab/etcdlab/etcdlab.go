@@ -4,6 +4,14 @@
 // in the file system reaches a member from every network namespace, and
 // no test traffic leaves the machine or touches an address outside the
 // lab's.
+//
+// etcd's peer transport dials a Unix socket by the host:port of the
+// peer's URL, never by a path, so the members of a cluster of several
+// name their peer sockets relative to the working directory
+// (unix://etcd1:2380 is the file "etcd1:2380"): every member of such a
+// cluster runs in a process of its own whose working directory is the
+// cluster's directory (Cluster.Dir). A one-member cluster has no peers
+// to reach and runs anywhere.
 package etcdlab
 
 import (
@@ -38,12 +46,22 @@ type Member struct {
 // ClientURL is the member's client endpoint (a Unix socket).
 func (m Member) ClientURL() string { return "unix://" + filepath.Join(m.Dir, "client.sock") }
 
-func (m Member) peerURL() url.URL {
-	return url.URL{Scheme: "unix", Path: filepath.Join(m.Dir, "peer.sock")}
-}
-
 // Cluster names the members of a cluster.
 type Cluster []Member
+
+// Dir is the directory the members' directories are in (NewCluster's
+// dir): the working directory of every member of a cluster of several.
+func (c Cluster) Dir() string { return filepath.Dir(c[0].Dir) }
+
+// peerURL is member i's peer endpoint: a socket in its directory when it
+// is alone, else one named relative to c.Dir (see the package
+// documentation).
+func (c Cluster) peerURL(i int) url.URL {
+	if len(c) == 1 {
+		return url.URL{Scheme: "unix", Path: filepath.Join(c[i].Dir, "peer.sock")}
+	}
+	return url.URL{Scheme: "unix", Host: c[i].Name + ":2380"}
+}
 
 // NewCluster lays out n members under dir (which must exist).
 func NewCluster(dir string, n int) Cluster {
@@ -65,11 +83,22 @@ func (c Cluster) Endpoints() []string {
 
 // Start starts member i of c in this process and waits until it serves
 // (for a cluster of several members: until enough members run to elect a
-// leader, so start them concurrently, or in separate processes). New
-// reports whether the cluster is new (its first start) or the member
-// rejoins with its data. Close the returned server to stop the member.
+// leader, so start them concurrently, each in a process of its own
+// working in c.Dir — Start refuses to start one elsewhere). A member
+// with data from an earlier start rejoins the cluster with it. Close the
+// returned server to stop the member.
 func (c Cluster) Start(i int, timeout time.Duration) (*embed.Etcd, error) {
 	m := c[i]
+	if len(c) > 1 {
+		wd, err := os.Getwd()
+		if err != nil {
+			return nil, err
+		}
+		if !sameFile(wd, c.Dir()) {
+			return nil, fmt.Errorf("etcdlab: %s of a cluster of %d runs in %s, not in the cluster's directory %s: the peers' sockets are named relative to it",
+				m.Name, len(c), wd, c.Dir())
+		}
+	}
 	if err := os.MkdirAll(m.Dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -78,10 +107,11 @@ func (c Cluster) Start(i int, timeout time.Duration) (*embed.Etcd, error) {
 	cfg.Dir = filepath.Join(m.Dir, "data")
 	cu, _ := url.Parse(m.ClientURL())
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{m.peerURL()}, []url.URL{m.peerURL()}
+	pu := c.peerURL(i)
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
 	var ic []string
-	for _, o := range c {
-		u := o.peerURL()
+	for j, o := range c {
+		u := c.peerURL(j)
 		ic = append(ic, o.Name+"="+u.String())
 	}
 	cfg.InitialCluster = strings.Join(ic, ",")
@@ -91,9 +121,9 @@ func (c Cluster) Start(i int, timeout time.Duration) (*embed.Etcd, error) {
 	}
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	// Sockets left by a member that was killed.
+	// Sockets left by a member that was killed (etcd replaces a stale
+	// peer socket itself).
 	os.Remove(filepath.Join(m.Dir, "client.sock"))
-	os.Remove(filepath.Join(m.Dir, "peer.sock"))
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlab: start %s: %w", m.Name, err)
@@ -132,4 +162,11 @@ func Wait(ctx context.Context, c *clientv3.Client) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// sameFile reports whether paths a and b name the same directory.
+func sameFile(a, b string) bool {
+	sa, err1 := os.Stat(a)
+	sb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }
