@@ -1,13 +1,17 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/xdplb/xdplb/control"
 )
@@ -27,10 +31,17 @@ type Stored struct {
 	Err error
 }
 
-// Get reads the fleet's document and its commit record.
+// Get reads the fleet's document and its commit record. While etcd
+// cannot answer for a moment (a leader election after a member died: the
+// etcd client does not retry the transaction this reads with), it tries
+// again until ctx is done.
 func Get(ctx context.Context, c *clientv3.Client, prefix string) (Stored, error) {
 	k := newKeys(prefix)
-	resp, err := c.Txn(ctx).Then(clientv3.OpGet(k.document()), clientv3.OpGet(k.commit())).Commit()
+	var resp *clientv3.TxnResponse
+	err := retryUnavailable(ctx, func() (err error) {
+		resp, err = c.Txn(ctx).Then(clientv3.OpGet(k.document()), clientv3.OpGet(k.commit())).Commit()
+		return err
+	})
 	if err != nil {
 		return Stored{}, fmt.Errorf("fleet: read %s: %w", k.document(), err)
 	}
@@ -52,6 +63,11 @@ func Get(ctx context.Context, c *clientv3.Client, prefix string) (Stored, error)
 // transaction on the stored revision, so a concurrent Apply makes one of
 // them fail (ErrConcurrentWrite) rather than lose a change. by says who
 // writes (user@host). It returns the revision written.
+//
+// While etcd cannot answer for a moment (a leader election), Apply tries
+// again until ctx is done: it reads the document again and writes only if
+// the document it read is still there; when the failed write took effect
+// after all, it finds its own document stored and returns its revision.
 func Apply(ctx context.Context, c *clientv3.Client, prefix string, text []byte, doc *control.Document, by string) (int64, error) {
 	if doc == nil {
 		return 0, errors.New("fleet: Apply without a parsed document")
@@ -63,7 +79,69 @@ func Apply(ctx context.Context, c *clientv3.Client, prefix string, text []byte, 
 	if err != nil {
 		return 0, err
 	}
-	return applyOn(ctx, c, prefix, cur, text, doc, by)
+	for {
+		rev, err := applyOn(ctx, c, prefix, cur, text, doc, by)
+		if !unavailable(err) {
+			return rev, err
+		}
+		// The write may or may not have taken effect.
+		if serr := pause(ctx, err); serr != nil {
+			return 0, serr
+		}
+		now, gerr := Get(ctx, c, prefix)
+		if gerr != nil {
+			return 0, gerr
+		}
+		if now.Revision != cur.Revision && bytes.Equal(now.Text, text) {
+			return now.Revision, nil // it did
+		}
+		if now.Revision != cur.Revision {
+			return 0, ErrConcurrentWrite
+		}
+	}
+}
+
+// unavailableRetry is how long Get and Apply wait before trying again
+// when etcd could not answer.
+const unavailableRetry = 100 * time.Millisecond
+
+// unavailable reports whether err says etcd could not serve the request
+// for now (gRPC's Unavailable: leader changed, no leader, no member
+// reachable) rather than refused it.
+func unavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ee rpctypes.EtcdError
+	if errors.As(rpctypes.Error(err), &ee) {
+		return ee.Code() == codes.Unavailable
+	}
+	s, ok := status.FromError(err)
+	return ok && s.Code() == codes.Unavailable
+}
+
+// retryUnavailable calls fn until it returns anything but an unavailable
+// error, or ctx is done (then it returns fn's last error).
+func retryUnavailable(ctx context.Context, fn func() error) error {
+	for {
+		err := fn()
+		if !unavailable(err) {
+			return err
+		}
+		if serr := pause(ctx, err); serr != nil {
+			return serr
+		}
+	}
+}
+
+// pause waits unavailableRetry; when ctx is done first it returns err.
+func pause(ctx context.Context, err error) error {
+	select {
+	case <-ctx.Done():
+		return err
+	case <-time.After(unavailableRetry):
+		return nil
+	}
 }
 
 // applyOn writes text over cur, what Apply read.

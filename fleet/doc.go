@@ -6,7 +6,9 @@
 // writes it with Apply (the xdplbctl command): validated by the same
 // parser as the nodes, refused unless its version is above the stored
 // one, and written with a compare-and-swap transaction, so two operators
-// cannot overwrite each other's change unseen. Each node runs a Source
+// cannot overwrite each other's change unseen; while etcd elects a new
+// leader (a member died) Apply tries again, so an operator's apply goes
+// through a member's death. Each node runs a Source
 // (a control.Source): it reads the document at start, then watches it,
 // and applies each newer version by the same rules as a file
 // (control.Tracker). A node never goes backwards: a document of a lower
