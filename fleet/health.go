@@ -160,6 +160,9 @@ func (p *HealthPublisher) run(ctx context.Context, sess *concurrency.Session) {
 		}
 	}
 	for {
+		if leaseLost(ctx, sess, p.cfg.Logger, "health") {
+			return
+		}
 		p.mu.Lock()
 		want := p.want
 		p.mu.Unlock()
@@ -179,11 +182,11 @@ func (p *HealthPublisher) run(ctx context.Context, sess *concurrency.Session) {
 		ok := true
 		for len(ops) > 0 && ok {
 			n := min(len(ops), maxOps)
-			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			wctx, cancel := context.WithTimeout(sess.Ctx(), 5*time.Second) // ends when the lease is lost
 			_, err := p.cfg.Client.Txn(wctx).Then(ops[:n]...).Commit()
 			cancel()
 			if err != nil {
-				if ctx.Err() == nil {
+				if ctx.Err() == nil && sess.Ctx().Err() == nil {
 					p.cfg.Logger.Warn("fleet: health write", "err", err)
 				}
 				ok = false
@@ -205,8 +208,6 @@ func (p *HealthPublisher) run(ctx context.Context, sess *concurrency.Session) {
 		case <-ctx.Done():
 			return
 		case <-sess.Done():
-			p.cfg.Logger.Warn("fleet: health lease lost; taking a new one")
-			return
 		case <-p.poke:
 		case <-retry:
 		}

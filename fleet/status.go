@@ -139,24 +139,44 @@ func (r *Reporter) run(ctx context.Context, sess *concurrency.Session, key strin
 	tick := time.NewTicker(r.cfg.Interval)
 	defer tick.Stop()
 	for {
+		if leaseLost(ctx, sess, r.cfg.Logger, "status") {
+			return
+		}
 		st := r.cfg.Status()
 		st.Role, st.Name, st.Updated = r.cfg.Role, r.cfg.Name, time.Now().UTC()
 		b, _ := json.Marshal(st)
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		// Under the session's context: a write waiting for an etcd that is
+		// gone ends when the lease is lost.
+		wctx, cancel := context.WithTimeout(sess.Ctx(), 5*time.Second)
 		_, err := r.cfg.Client.Put(wctx, key, string(b), clientv3.WithLease(sess.Lease()))
 		cancel()
-		if err != nil && ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil && sess.Ctx().Err() == nil {
 			r.cfg.Logger.Warn("fleet: status write", "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-sess.Done():
-			r.cfg.Logger.Warn("fleet: status lease lost; taking a new one")
-			return
 		case <-tick.C:
 		case <-r.poke:
 		}
+	}
+}
+
+// leaseLost reports whether the run under sess is over: ctx is done, or
+// the session's lease is lost (said in the log: a new one is taken). It is
+// checked before every write, so nothing is written under a lease known
+// to be lost, however many other events are ready.
+func leaseLost(ctx context.Context, sess *concurrency.Session, log *slog.Logger, what string) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	select {
+	case <-sess.Done():
+		log.Warn("fleet: " + what + " lease lost; taking a new one")
+		return true
+	default:
+		return false
 	}
 }
 
