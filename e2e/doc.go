@@ -22,7 +22,11 @@
 //   - fleet_*: the lab's fleet (fleetlab.Fleet: two Muxes, two hosts, four
 //     VMs): spread against weights, failures of a DIP and of a Mux,
 //     reloads under traffic, real traffic with the kernel's offloads,
-//     direct connections, IPv6 (TestFleet*).
+//     direct connections, IPv6 (TestFleet*); the fleet from its one
+//     document in a real three-member etcd cluster, through the death
+//     of its leader, of every member and their restart
+//     (TestFleetEtcdFaults, fleet_etcd_linux_test.go: the members are
+//     this test binary re-executed, TestEtcdMemberProcess).
 //
 // The tests use only the library's exported API and internal/lab/…; the
 // packages' own tests (mux, hostagent, …) stay beside their code.
