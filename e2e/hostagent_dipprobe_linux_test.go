@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/vishvananda/netlink"
 
 	"github.com/xdplb/xdplb/internal/lab/fleetlab"
 	"github.com/xdplb/xdplb/internal/lab/fleetlab/fleetlabtest"
@@ -94,7 +93,7 @@ func TestHostAgentProbesDIPs(t *testing.T) {
 		if i == 0 {
 			require.NoError(t, fleetlab.WireVM(lab, host, tn.ns, vm, gw))
 		} else {
-			require.NoError(t, wireVMUnrouted(lab, host, tn.ns, vm, gw))
+			require.NoError(t, fleetlab.WireTenantVM(lab, host, tn.ns, vm, gw))
 		}
 	}
 	serve := func(tn *tenant) {
@@ -181,37 +180,4 @@ func TestHostAgentProbesDIPs(t *testing.T) {
 		require.Positive(t, m[fmt.Sprintf(`xdplb_steer_packets_total{interface=%q,outcome="infra"}`, port)],
 			"%s: the probe answers matched a DIP rule and passed to the kernel for the infrastructure address", port)
 	}
-}
-
-// wireVMUnrouted wires the VM namespace n to host as fleetlab.WireVM does
-// — eth0 with vm.MAC and vm.Addr/32, a route to the lab through gw (an
-// address of the host-side veth, resolved by ARP) — but without the host's
-// route to vm.Addr: another tenant's VM has that address, and the host
-// routes it there.
-func wireVMUnrouted(lab *netlab.Lab, host, n *netlab.NS, vm fleetlab.VM, gw netip.Addr) error {
-	_, vmEnd, err := lab.Veth(host, vm.Port, n, "eth0")
-	if err != nil {
-		return err
-	}
-	nl := n.Netlink()
-	lk, err := n.Link("eth0")
-	if err != nil {
-		return err
-	}
-	for _, step := range []func() error{
-		func() error { return nl.LinkSetDown(lk) },
-		func() error { return nl.LinkSetHardwareAddr(lk, vm.MAC) },
-		func() error { return nl.LinkSetUp(lk) },
-		func() error { return n.AddAddr("eth0", vm.Addr.String()+"/32") },
-		func() error {
-			return nl.RouteAdd(&netlink.Route{LinkIndex: vmEnd.Index, Dst: &net.IPNet{IP: net.IP{198, 18, 0, 0}, Mask: net.CIDRMask(15, 32)},
-				Gw: gw.AsSlice(), Flags: int(netlink.FLAG_ONLINK)})
-		},
-		func() error { return host.AddAddr(vm.Port, gw.String()+"/32") },
-	} {
-		if err := step(); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -7,7 +7,8 @@
 //   - the star topology: a router namespace, and every other node joined
 //     to it by a veth pair on a /24 of its own (Star, Star.Attach); the
 //     fleet of the lab (Fleet: clients, two Muxes, two hosts with VMs);
-//     VMs wired to their host's VM ports (WireVM) and their servers
+//     VMs wired to their host's VM ports (WireVM; WireTenantVM for another
+//     tenant's VM with the same address on the same host) and their servers
 //     (ServeVM: HTTP and UDP echo answering with the VM's name); a
 //     backend host without a Host Agent, a kernel vxlan device holding
 //     the VIP (KernelVXLAN, Star.AttachKernelVXLAN, ServeKernelVXLAN); the

@@ -146,6 +146,20 @@ func BuildFleet(lab *netlab.Lab, clients int, vms []VM) (*Fleet, error) {
 // host routes the DIP to the port and resolves it by ARP too. No neighbour
 // entry is written by hand.
 func WireVM(lab *netlab.Lab, host, n *netlab.NS, vm VM, gw netip.Addr) error {
+	return wireVM(lab, host, n, vm, gw, true)
+}
+
+// WireTenantVM wires the VM namespace n to host as WireVM does, but
+// without the host's route to vm.Addr: for a VM whose address another
+// tenant's VM on the same host has (wired with WireVM, so the host routes
+// the address there). Nothing the host's kernel routes reaches this VM;
+// a socket bound to its VM port does (a Host Agent's probes), and so does
+// what a Host Agent delivers on the port.
+func WireTenantVM(lab *netlab.Lab, host, n *netlab.NS, vm VM, gw netip.Addr) error {
+	return wireVM(lab, host, n, vm, gw, false)
+}
+
+func wireVM(lab *netlab.Lab, host, n *netlab.NS, vm VM, gw netip.Addr, route bool) error {
 	if err := netlab.CheckAddr(gw); err != nil {
 		return err
 	}
@@ -160,7 +174,7 @@ func WireVM(lab *netlab.Lab, host, n *netlab.NS, vm VM, gw netip.Addr) error {
 		return err
 	}
 	host32 := &net.IPNet{IP: vm.Addr.AsSlice(), Mask: net.CIDRMask(32, 32)}
-	for _, step := range []func() error{
+	steps := []func() error{
 		func() error { return nl.LinkSetDown(lk) },
 		func() error { return nl.LinkSetHardwareAddr(lk, vm.MAC) },
 		func() error { return nl.LinkSetUp(lk) },
@@ -170,10 +184,13 @@ func WireVM(lab *netlab.Lab, host, n *netlab.NS, vm VM, gw netip.Addr) error {
 		// veth (a /32, so it adds no subnet route; the same address on
 		// every VM port of the host, as a virtual router's is).
 		func() error { return host.AddAddr(vm.Port, gw.String()+"/32") },
-		func() error {
+	}
+	if route {
+		steps = append(steps, func() error {
 			return hl.RouteAdd(&netlink.Route{LinkIndex: hostEnd.Index, Dst: host32, Scope: netlink.SCOPE_LINK})
-		},
-	} {
+		})
+	}
+	for _, step := range steps {
 		if err := step(); err != nil {
 			return err
 		}
