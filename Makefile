@@ -38,4 +38,5 @@ pgo:
 	$(GO) test -run '^$$' -bench 'BenchmarkHostAgentPipeline' -benchtime 2s -cpu 1 -cpuprofile "$$d/hostagent.pprof" -o "$$d/hostagent.test" ./hostagent/; \
 	$(GO) tool pprof -proto "$$d/mux.pprof" "$$d/hostagent.pprof" > examples/mux/default.pgo; \
 	cp examples/mux/default.pgo examples/hostagent/default.pgo; \
-	cp examples/mux/default.pgo examples/lab/default.pgo
+	cp examples/mux/default.pgo examples/lab/default.pgo; \
+	cp examples/mux/default.pgo examples/xdplbctl/default.pgo
