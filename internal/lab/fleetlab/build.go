@@ -12,6 +12,7 @@ import (
 const (
 	MuxPackage       = "github.com/xdplb/xdplb/examples/mux"
 	HostAgentPackage = "github.com/xdplb/xdplb/examples/hostagent"
+	XdplbctlPackage  = "github.com/xdplb/xdplb/examples/xdplbctl"
 )
 
 // GoBuild builds the main packages pkgs (import paths, or "." for the

@@ -89,14 +89,15 @@ var examples struct {
 	err  error
 }
 
-// Examples builds examples/mux and examples/hostagent on first use and
-// returns the directory holding them (as mux and hostagent).
+// Examples builds examples/mux, examples/hostagent and examples/xdplbctl
+// on first use (one go build: they share most of their packages) and
+// returns the directory holding them (as mux, hostagent and xdplbctl).
 func Examples(tb testing.TB) string {
 	tb.Helper()
 	examples.once.Do(func() {
 		examples.dir, examples.err = os.MkdirTemp("", "xdplb-e2e-")
 		if examples.err == nil {
-			examples.err = fleetlab.GoBuild(examples.dir, fleetlab.MuxPackage, fleetlab.HostAgentPackage)
+			examples.err = fleetlab.GoBuild(examples.dir, fleetlab.MuxPackage, fleetlab.HostAgentPackage, fleetlab.XdplbctlPackage)
 		}
 	})
 	if examples.err != nil {
