@@ -1,7 +1,7 @@
 // Package e2e holds the end-to-end tests of the fleet: they build the
-// reference binaries (examples/mux and examples/hostagent, once per test
-// binary through fleetlabtest.Examples, or examples/mux alone for the
-// Mux-only tests), run them as separate processes in network namespaces
+// reference binaries (examples/mux, examples/hostagent and
+// examples/xdplbctl, once per test binary through fleetlabtest.Examples,
+// or examples/mux alone for the Mux-only tests), run them as separate processes in network namespaces
 // on this machine with BIRD 2 as the router (internal/lab/netlab,
 // internal/lab/fleetlab), and send real traffic through the VIPs from
 // client namespaces.
@@ -26,7 +26,11 @@
 //     document in a real three-member etcd cluster, through the death
 //     of its leader, of every member and their restart
 //     (TestFleetEtcdFaults, fleet_etcd_linux_test.go: the members are
-//     this test binary re-executed, TestEtcdMemberProcess).
+//     this test binary re-executed, TestEtcdMemberProcess); and a fleet
+//     run from an embedded etcd, its document applied with xdplbctl,
+//     whose host has two tenants' VMs with one address in two VNIs: one
+//     stops, the other keeps its traffic, xdplbctl status shows both
+//     (TestFleetOverlappingTenants, fleet_overlap_*).
 //
 // The tests use only the library's exported API and internal/lab/…; the
 // packages' own tests (mux, hostagent, …) stay beside their code.
