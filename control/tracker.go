@@ -45,8 +45,13 @@ type Tracker struct {
 	doc *Document
 
 	// Owned by the Source's goroutine.
-	applied     [sha256.Size]byte
-	appliedText []byte // the running document, marshalled
+	parse   func(name string, data []byte) (*Document, error)
+	applied [sha256.Size]byte // of the running document's text
+	// appliedText is the running document marshalled, made when first
+	// needed: only a text of the running version with other bytes is
+	// compared with it, and marshalling a large document costs more than
+	// parsing it.
+	appliedText []byte
 }
 
 // NewTracker returns a Tracker of the document at name (a path or a key),
@@ -55,7 +60,21 @@ func NewTracker(name, what string, log *slog.Logger) *Tracker {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Tracker{name: name, what: what, log: log, st: Status{Path: name}}
+	return &Tracker{name: name, what: what, log: log, st: Status{Path: name}, parse: parse}
+}
+
+// SetParse replaces how Offer parses a text (nil: this package's parser,
+// with name in its errors). It is for a process that simulates many nodes
+// (package fleet's scale benchmark): its Trackers share one parse of each
+// text, so the process spends one node's parse, not one per node, on a
+// new version. Parsed documents are never modified, so sharing one among
+// Trackers is safe. A node has no reason to call it. Call it before the
+// first Offer.
+func (t *Tracker) SetParse(p func(name string, data []byte) (*Document, error)) {
+	if p == nil {
+		p = parse
+	}
+	t.parse = p
 }
 
 // Status returns the current status.
@@ -76,13 +95,18 @@ func (t *Tracker) Document() *Document {
 // reports whether it applied a document, and why not when it refused one.
 func (t *Tracker) Offer(data []byte, o Origin, apply func(*Document) error) (bool, error) {
 	sum := sha256.Sum256(data)
-	doc, err := parse(t.name, data)
+	cur := t.Document()
+	if cur != nil && sum == t.applied && (o.Revision == 0 || o.Revision >= t.Status().Revision) {
+		// The running document's very text (read again after a watch
+		// broke, say): no need to parse it again.
+		t.holdsRunning(cur.Version, o)
+		return false, nil
+	}
+	doc, err := t.parse(t.name, data)
 	if err != nil {
 		t.Refuse(err, ReasonInvalid)
 		return false, err
 	}
-	text, _ := doc.Marshal() // nil on failure: then it differs
-	cur := t.Document()
 	if cur != nil {
 		st := t.Status()
 		if o.Revision != 0 && o.Revision < st.Revision {
@@ -94,16 +118,10 @@ func (t *Tracker) Offer(data []byte, o Origin, apply func(*Document) error) (boo
 		}
 	}
 	if cur != nil && doc.Version <= cur.Version {
-		if doc.Version == cur.Version && (sum == t.applied || (text != nil && bytes.Equal(text, t.appliedText))) {
+		if doc.Version == cur.Version && (sum == t.applied || t.sameAsRunning(doc, cur)) {
 			// What runs (say, a bad edit reverted, or only comments
 			// changed): nothing to do, and nothing wrong any more.
-			t.log.Info("control: "+t.what+" holds the running version", "version", cur.Version)
-			t.mu.Lock()
-			t.st.LastError, t.st.Reason, t.st.LastErrorAt = nil, "", time.Time{}
-			if o.Revision > t.st.Revision {
-				t.st.Revision = o.Revision
-			}
-			t.mu.Unlock()
+			t.holdsRunning(cur.Version, o)
 			return false, nil
 		}
 		if doc.Version == cur.Version {
@@ -123,7 +141,7 @@ func (t *Tracker) Offer(data []byte, o Origin, apply func(*Document) error) (boo
 		t.Refuse(err, ReasonApply)
 		return false, err
 	}
-	t.applied, t.appliedText = sum, text
+	t.applied, t.appliedText = sum, nil
 	now := time.Now()
 	t.mu.Lock()
 	t.doc = doc
@@ -142,6 +160,29 @@ func (t *Tracker) Offer(data []byte, o Origin, apply func(*Document) error) (boo
 	}
 	t.log.Info("control: applied", attrs...)
 	return true, nil
+}
+
+// holdsRunning records that the store holds the running document, of
+// version v, at o: nothing to apply, and nothing wrong any more.
+func (t *Tracker) holdsRunning(v uint64, o Origin) {
+	t.log.Info("control: "+t.what+" holds the running version", "version", v)
+	t.mu.Lock()
+	t.st.LastError, t.st.Reason, t.st.LastErrorAt = nil, "", time.Time{}
+	if o.Revision > t.st.Revision {
+		t.st.Revision = o.Revision
+	}
+	t.mu.Unlock()
+}
+
+// sameAsRunning reports whether doc, of the running version but another
+// text, says what the running document cur says (reformatted, comments
+// changed): their canonical texts are equal.
+func (t *Tracker) sameAsRunning(doc, cur *Document) bool {
+	if t.appliedText == nil {
+		t.appliedText, _ = cur.Marshal()
+	}
+	text, err := doc.Marshal()
+	return err == nil && t.appliedText != nil && bytes.Equal(text, t.appliedText)
 }
 
 // Refuse records and logs why what the Source read was not applied

@@ -1,0 +1,113 @@
+package control
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestTrackerParsesOnlyWhatItMust: a text that is the running
+// document's is not parsed again (a node rereads its document after every
+// broken watch, and a fleet's document can take a second to parse), and a
+// new version is applied without being marshalled (the canonical text is
+// made only when a text of the running version with other bytes needs
+// comparing). The rules stay: an older revision of the same text is
+// refused, a reformatted text is the running version, a changed one a
+// conflict.
+func TestTrackerParsesOnlyWhatItMust(t *testing.T) {
+	tr := NewTracker("etcd:doc", "etcd", slog.New(slog.DiscardHandler))
+	parses := 0
+	tr.SetParse(func(name string, data []byte) (*Document, error) {
+		parses++
+		return parse(name, data)
+	})
+	var applied []uint64
+	apply := func(d *Document) error { applied = append(applied, d.Version); return nil }
+
+	steps := []struct {
+		name        string
+		text        []byte
+		rev         int64
+		applied     bool
+		err         error // errors.Is
+		parses      int
+		marshalled  bool // the running document's canonical text was made
+		wantVersion uint64
+	}{
+		{"first version", docV(1, ""), 10, true, nil, 1, false, 1},
+		{"its text again (a reread)", docV(1, ""), 10, false, nil, 0, false, 1},
+		{"its text again at a later revision", docV(1, ""), 11, false, nil, 0, false, 1},
+		{"its text at an older revision", docV(1, ""), 9, false, ErrStaleVersion, 1, false, 1},
+		{"reformatted", append([]byte("# comment\n"), docV(1, "")...), 12, false, nil, 1, true, 1},
+		{"changed, same version", docV(1, "hash_seed: 7\n"), 13, false, ErrVersionConflict, 1, true, 1},
+		{"a new version", docV(2, ""), 14, true, nil, 1, false, 2},
+		{"its text again", docV(2, ""), 14, false, nil, 0, false, 2},
+	}
+	for _, s := range steps {
+		parses = 0
+		ok, err := tr.Offer(s.text, Origin{Revision: s.rev}, apply)
+		assert.Equal(t, s.applied, ok, s.name)
+		if s.err != nil {
+			assert.ErrorIs(t, err, s.err, s.name)
+		} else {
+			require.NoError(t, err, s.name)
+			assert.NoError(t, tr.Status().LastError, s.name)
+		}
+		assert.Equal(t, s.parses, parses, "%s: parses", s.name)
+		assert.Equal(t, s.marshalled, tr.appliedText != nil, "%s: marshalled", s.name)
+		assert.Equal(t, s.wantVersion, tr.Status().Version, s.name)
+	}
+	assert.Equal(t, []uint64{1, 2}, applied)
+	assert.EqualValues(t, 14, tr.Status().Revision)
+
+	// SetParse(nil) is the package's parser again.
+	tr.SetParse(nil)
+	_, err := tr.Offer([]byte("version: 3\nbogus: 1\n"), Origin{Revision: 15}, apply)
+	assert.True(t, errors.Is(err, ErrInvalid))
+	assert.Zero(t, parses)
+}
+
+// BenchmarkTrackerOffer: what a node spends on a new version of a large
+// document (10,000 backends in 100 VIPs, ~0.8 MB), and on reading the
+// running one again.
+func BenchmarkTrackerOffer(b *testing.B) {
+	var text []byte
+	text = append(text, "version: 1\nvips:\n"...)
+	for v := range 100 {
+		text = fmt.Appendf(text, "- {name: v%d, address: 198.18.1.%d, protocol: tcp, port: 80, vni: %d, backends: [\n", v, v+1, 1000+v)
+		for j := range 100 {
+			n := v*100 + j
+			text = fmt.Appendf(text, "  {address: 198.19.%d.%d, mac: \"02:00:00:00:%02x:%02x\", host: 198.19.0.%d},\n", 16+n/250, n%250+1, n>>8, n&0xff, j+1)
+		}
+		text = append(text, "  ]}\n"...)
+	}
+	apply := func(*Document) error { return nil }
+	b.Run("new-version", func(b *testing.B) {
+		b.ReportMetric(float64(len(text)), "doc-bytes")
+		tr := NewTracker("doc", "etcd", slog.New(slog.DiscardHandler))
+		v := 1
+		for b.Loop() {
+			t := bytes.Replace(text, []byte("version: 1\n"), fmt.Appendf(nil, "version: %d\n", v), 1)
+			v++
+			if ok, err := tr.Offer(t, Origin{}, apply); !ok {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("reread", func(b *testing.B) {
+		tr := NewTracker("doc", "etcd", slog.New(slog.DiscardHandler))
+		if ok, err := tr.Offer(text, Origin{}, apply); !ok {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if _, err := tr.Offer(text, Origin{}, apply); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
