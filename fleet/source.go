@@ -30,6 +30,11 @@ type SourceConfig struct {
 	// Retry is how long to wait before reading again after an error (0:
 	// DefaultRetry).
 	Retry time.Duration
+	// Parse parses the texts the Source reads (nil: package control's
+	// parser). It is for a process simulating many nodes, whose Sources
+	// share one parse of each text (control.Tracker.SetParse); a node
+	// leaves it nil.
+	Parse func(name string, text []byte) (*control.Document, error)
 }
 
 // Source is a control.Source that reads the fleet's document from etcd
@@ -61,8 +66,9 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 	if cfg.Retry <= 0 {
 		cfg.Retry = DefaultRetry
 	}
-	return &Source{c: cfg.Client, k: k, log: log, retry: cfg.Retry,
-		t:      control.NewTracker("etcd:"+k.document(), "etcd", log),
+	t := control.NewTracker("etcd:"+k.document(), "etcd", log)
+	t.SetParse(cfg.Parse)
+	return &Source{c: cfg.Client, k: k, log: log, retry: cfg.Retry, t: t,
 		reload: make(chan struct{}, 1), ready: make(chan struct{})}, nil
 }
 
