@@ -220,8 +220,10 @@ type HealthWatcherConfig struct {
 	Prefix string           // default DefaultPrefix
 	// OnReports is called with the complete current verdicts of every
 	// host whose reports changed (nil or empty: the host reports nothing
-	// any more), from Run's goroutine, one call at a time: give it to
-	// mux.Controller.SetDIPHealth.
+	// any more), one call at a time, from a goroutine Run starts: give it
+	// to mux.Controller.SetDIPHealth. What changes while a call runs is
+	// handed over in the next call, together, however many watch
+	// responses it came in.
 	OnReports func(map[string][]health.Verdict)
 	Logger    *slog.Logger
 }
@@ -231,11 +233,21 @@ type HealthWatcherConfig struct {
 // time) is reported with no verdicts: its DIPs get no new flows. While
 // etcd is unreachable the last verdicts stay: the data plane does not
 // depend on the control plane being up.
+//
+// Reports are coalesced: the watch keeps reading while OnReports runs,
+// and the next call gets every host that changed meanwhile. A burst of
+// hosts publishing (a fleet starting, a rack's leases expiring) costs
+// the Mux one rebuild of each VIP it touches per call, not one per host.
 type HealthWatcher struct {
 	cfg   HealthWatcherConfig
 	k     keys
-	hosts map[string]map[health.VerdictKey]health.Verdict
 	ready chan struct{}
+	poke  chan struct{}
+
+	mu    sync.Mutex
+	hosts map[string]map[health.VerdictKey]health.Verdict
+	dirty map[string]bool // hosts changed since the last report
+	read  bool            // a complete read is among what dirty holds
 }
 
 // NewHealthWatcher returns a HealthWatcher; nothing happens until Run.
@@ -247,7 +259,7 @@ func NewHealthWatcher(cfg HealthWatcherConfig) (*HealthWatcher, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &HealthWatcher{cfg: cfg, k: newKeys(cfg.Prefix), hosts: map[string]map[health.VerdictKey]health.Verdict{},
-		ready: make(chan struct{})}, nil
+		dirty: map[string]bool{}, ready: make(chan struct{}), poke: make(chan struct{}, 1)}, nil
 }
 
 // Ready is closed once the first complete read is reported.
@@ -255,10 +267,13 @@ func (w *HealthWatcher) Ready() <-chan struct{} { return w.ready }
 
 // Run follows the verdicts until ctx is done.
 func (w *HealthWatcher) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { w.reportLoop(ctx) })
 	var rev int64
 	for ctx.Err() == nil {
 		if rev == 0 {
-			r, err := w.read(ctx)
+			r, err := w.readAll(ctx)
 			if err != nil {
 				w.cfg.Logger.Warn("fleet: health read failed; keeping the last verdicts", "err", err)
 				sleep(ctx, time.Second)
@@ -271,8 +286,8 @@ func (w *HealthWatcher) Run(ctx context.Context) error {
 	return nil
 }
 
-// read replaces every host's verdicts with what etcd holds.
-func (w *HealthWatcher) read(ctx context.Context) (int64, error) {
+// readAll replaces every host's verdicts with what etcd holds.
+func (w *HealthWatcher) readAll(ctx context.Context) (int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	resp, err := w.cfg.Client.Get(rctx, w.k.healths(), clientv3.WithPrefix())
@@ -291,20 +306,16 @@ func (w *HealthWatcher) read(ctx context.Context) (int64, error) {
 		}
 		now[hk.Host][hk.VerdictKey] = v
 	}
-	changed := map[string]bool{}
+	w.mu.Lock()
 	for h := range w.hosts {
-		changed[h] = true
+		w.dirty[h] = true
 	}
 	for h := range now {
-		changed[h] = true
+		w.dirty[h] = true
 	}
-	w.hosts = now
-	w.report(changed)
-	select {
-	case <-w.ready:
-	default:
-		close(w.ready)
-	}
+	w.hosts, w.read = now, true
+	w.mu.Unlock()
+	w.wake()
 	return resp.Header.Revision, nil
 }
 
@@ -322,13 +333,13 @@ func (w *HealthWatcher) watch(ctx context.Context, rev int64) int64 {
 			sleep(ctx, time.Second)
 			return rev
 		}
-		changed := map[string]bool{}
+		w.mu.Lock()
 		for _, ev := range resp.Events {
 			hk, ok := w.k.parseHealthKey(string(ev.Kv.Key))
 			if !ok {
 				continue
 			}
-			changed[hk.Host] = true
+			w.dirty[hk.Host] = true
 			if ev.Type == clientv3.EventTypeDelete {
 				delete(w.hosts[hk.Host], hk.VerdictKey)
 				continue
@@ -342,7 +353,8 @@ func (w *HealthWatcher) watch(ctx context.Context, rev int64) int64 {
 			}
 			w.hosts[hk.Host][hk.VerdictKey] = v
 		}
-		w.report(changed)
+		w.mu.Unlock()
+		w.wake()
 		rev = resp.Header.Revision
 	}
 	if ctx.Err() == nil {
@@ -351,12 +363,44 @@ func (w *HealthWatcher) watch(ctx context.Context, rev int64) int64 {
 	return rev
 }
 
-func (w *HealthWatcher) report(changed map[string]bool) {
-	if len(changed) == 0 {
-		return
+func (w *HealthWatcher) wake() {
+	select {
+	case w.poke <- struct{}{}:
+	default:
 	}
-	reports := make(map[string][]health.Verdict, len(changed))
-	for h := range changed {
+}
+
+// reportLoop hands what changed to OnReports, one call at a time, until
+// ctx is done.
+func (w *HealthWatcher) reportLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.poke:
+		}
+		reports, read := w.take()
+		if len(reports) > 0 {
+			w.cfg.OnReports(reports)
+		}
+		if read {
+			select {
+			case <-w.ready:
+			default:
+				close(w.ready)
+			}
+		}
+	}
+}
+
+// take returns the complete verdicts of every host changed since the last
+// call (nil for a host that reports nothing any more), and whether a
+// complete read is among them.
+func (w *HealthWatcher) take() (map[string][]health.Verdict, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	reports := make(map[string][]health.Verdict, len(w.dirty))
+	for h := range w.dirty {
 		var vs []health.Verdict
 		for _, v := range w.hosts[h] {
 			vs = append(vs, v)
@@ -366,5 +410,8 @@ func (w *HealthWatcher) report(changed map[string]bool) {
 		}
 		reports[h] = vs
 	}
-	w.cfg.OnReports(reports)
+	read := w.read
+	clear(w.dirty)
+	w.read = false
+	return reports, read
 }

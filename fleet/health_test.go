@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/netip"
 	"sync"
 	"testing"
@@ -140,4 +142,79 @@ func TestHealthExpiresWithTheHost(t *testing.T) {
 	eventually(t, "published", func() bool { return count() == 1 })
 	c2.Close() // no revoke, no keep-alive
 	eventually(t, "expired with the lease", func() bool { return count() == 0 })
+}
+
+// TestHealthWatcherCoalesces: what changes while OnReports runs is handed
+// over in the next call, all of it: twenty hosts publishing one by one
+// (twenty transactions, twenty watch responses) while the Mux is busy
+// cost it one more call, not twenty.
+func TestHealthWatcherCoalesces(t *testing.T) {
+	e := startEtcd(t)
+	const hosts = 20
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	var calls []map[string][]health.Verdict
+	hw, err := NewHealthWatcher(HealthWatcherConfig{Client: e.client, OnReports: func(r map[string][]health.Verdict) {
+		mu.Lock()
+		calls = append(calls, r)
+		first := len(calls) == 1
+		mu.Unlock()
+		if first {
+			<-gate // the Mux is busy
+		}
+	}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { hw.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	k := newKeys("")
+	put := func(h int) {
+		v := health.Verdict{VNI: 7, Addr: netip.AddrFrom4([4]byte{198, 19, 1, byte(h + 1)}), Port: 80, Up: true}
+		b, _ := json.Marshal(v)
+		_, err := e.client.Put(context.Background(), k.health(fmt.Sprintf("h%d", h), v.Key()), string(b))
+		require.NoError(t, err)
+	}
+	put(0)
+	eventually(t, "the first report, held", func() bool { mu.Lock(); defer mu.Unlock(); return len(calls) == 1 })
+	for h := 1; h < hosts; h++ {
+		put(h)
+	}
+	// Wait (bounded, not asserted) until the watch has read them all.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		hw.mu.Lock()
+		n := len(hw.hosts)
+		hw.mu.Unlock()
+		if n == hosts {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(gate)
+	seen := func() map[string]bool {
+		mu.Lock()
+		defer mu.Unlock()
+		m := map[string]bool{}
+		for _, c := range calls {
+			for h, vs := range c {
+				m[h] = len(vs) == 1 && vs[0].Up
+			}
+		}
+		return m
+	}
+	eventually(t, "every host reported up", func() bool {
+		m := seen()
+		for h := range hosts {
+			if !m[fmt.Sprintf("h%d", h)] {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, calls, 2, "one call while busy, one after with everything that came meanwhile")
+	assert.Len(t, calls[1], hosts-1)
 }
