@@ -45,8 +45,12 @@ type Tracker struct {
 	doc *Document
 
 	// Owned by the Source's goroutine.
-	parse   func(name string, data []byte) (*Document, error)
-	applied [sha256.Size]byte // of the running document's text
+	parse func(name string, data []byte) (*Document, error)
+	// applied is the SHA-256 of the running document's text, when it
+	// came without a store revision (a file); a store's revision names a
+	// text by itself (Status.Revision).
+	applied       [sha256.Size]byte
+	appliedHashed bool
 	// appliedText is the running document marshalled, made when first
 	// needed: only a text of the running version with other bytes is
 	// compared with it, and marshalling a large document costs more than
@@ -94,13 +98,21 @@ func (t *Tracker) Document() *Document {
 // Offer parses data and applies it if it is a valid newer version. It
 // reports whether it applied a document, and why not when it refused one.
 func (t *Tracker) Offer(data []byte, o Origin, apply func(*Document) error) (bool, error) {
-	sum := sha256.Sum256(data)
+	// The running document's very text (read again after a watch broke,
+	// say) needs no parse: a store's revision names it, else its hash.
 	cur := t.Document()
-	if cur != nil && sum == t.applied && (o.Revision == 0 || o.Revision >= t.Status().Revision) {
-		// The running document's very text (read again after a watch
-		// broke, say): no need to parse it again.
+	if cur != nil && o.Revision != 0 && o.Revision == t.Status().Revision {
 		t.holdsRunning(cur.Version, o)
 		return false, nil
+	}
+	var sum [sha256.Size]byte
+	hashed := o.Revision == 0
+	if hashed {
+		sum = sha256.Sum256(data)
+		if cur != nil && t.appliedHashed && sum == t.applied {
+			t.holdsRunning(cur.Version, o)
+			return false, nil
+		}
 	}
 	doc, err := t.parse(t.name, data)
 	if err != nil {
@@ -118,7 +130,7 @@ func (t *Tracker) Offer(data []byte, o Origin, apply func(*Document) error) (boo
 		}
 	}
 	if cur != nil && doc.Version <= cur.Version {
-		if doc.Version == cur.Version && (sum == t.applied || t.sameAsRunning(doc, cur)) {
+		if doc.Version == cur.Version && ((hashed && t.appliedHashed && sum == t.applied) || t.sameAsRunning(doc, cur)) {
 			// What runs (say, a bad edit reverted, or only comments
 			// changed): nothing to do, and nothing wrong any more.
 			t.holdsRunning(cur.Version, o)
@@ -141,7 +153,7 @@ func (t *Tracker) Offer(data []byte, o Origin, apply func(*Document) error) (boo
 		t.Refuse(err, ReasonApply)
 		return false, err
 	}
-	t.applied, t.appliedText = sum, nil
+	t.applied, t.appliedHashed, t.appliedText = sum, hashed, nil
 	now := time.Now()
 	t.mu.Lock()
 	t.doc = doc

@@ -13,63 +13,85 @@ import (
 
 // TestTrackerParsesOnlyWhatItMust: a text that is the running
 // document's is not parsed again (a node rereads its document after every
-// broken watch, and a fleet's document can take a second to parse), and a
-// new version is applied without being marshalled (the canonical text is
-// made only when a text of the running version with other bytes needs
-// comparing). The rules stay: an older revision of the same text is
+// broken watch, and a fleet's document can take a second to parse): from
+// a store, the running revision names it; from a file, its SHA-256. A new
+// version is applied without being marshalled, and from a store without
+// being hashed: the canonical text is made only when a text of the
+// running version at another revision, or with other bytes, needs
+// comparing. The rules stay: an older revision of the same text is
 // refused, a reformatted text is the running version, a changed one a
 // conflict.
 func TestTrackerParsesOnlyWhatItMust(t *testing.T) {
-	tr := NewTracker("etcd:doc", "etcd", slog.New(slog.DiscardHandler))
-	parses := 0
-	tr.SetParse(func(name string, data []byte) (*Document, error) {
-		parses++
-		return parse(name, data)
-	})
-	var applied []uint64
-	apply := func(d *Document) error { applied = append(applied, d.Version); return nil }
-
-	steps := []struct {
-		name        string
-		text        []byte
-		rev         int64
-		applied     bool
-		err         error // errors.Is
-		parses      int
-		marshalled  bool // the running document's canonical text was made
-		wantVersion uint64
+	type step struct {
+		name       string
+		text       []byte
+		rev        int64 // 0: a file
+		applied    bool
+		err        error // errors.Is
+		parses     int
+		marshalled bool // the running document's canonical text was made
+		version    uint64
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
 	}{
-		{"first version", docV(1, ""), 10, true, nil, 1, false, 1},
-		{"its text again (a reread)", docV(1, ""), 10, false, nil, 0, false, 1},
-		{"its text again at a later revision", docV(1, ""), 11, false, nil, 0, false, 1},
-		{"its text at an older revision", docV(1, ""), 9, false, ErrStaleVersion, 1, false, 1},
-		{"reformatted", append([]byte("# comment\n"), docV(1, "")...), 12, false, nil, 1, true, 1},
-		{"changed, same version", docV(1, "hash_seed: 7\n"), 13, false, ErrVersionConflict, 1, true, 1},
-		{"a new version", docV(2, ""), 14, true, nil, 1, false, 2},
-		{"its text again", docV(2, ""), 14, false, nil, 0, false, 2},
-	}
-	for _, s := range steps {
-		parses = 0
-		ok, err := tr.Offer(s.text, Origin{Revision: s.rev}, apply)
-		assert.Equal(t, s.applied, ok, s.name)
-		if s.err != nil {
-			assert.ErrorIs(t, err, s.err, s.name)
-		} else {
-			require.NoError(t, err, s.name)
-			assert.NoError(t, tr.Status().LastError, s.name)
-		}
-		assert.Equal(t, s.parses, parses, "%s: parses", s.name)
-		assert.Equal(t, s.marshalled, tr.appliedText != nil, "%s: marshalled", s.name)
-		assert.Equal(t, s.wantVersion, tr.Status().Version, s.name)
-	}
-	assert.Equal(t, []uint64{1, 2}, applied)
-	assert.EqualValues(t, 14, tr.Status().Revision)
+		{"store", []step{
+			{"first version", docV(1, ""), 10, true, nil, 1, false, 1},
+			{"read again at its revision", docV(1, ""), 10, false, nil, 0, false, 1},
+			{"its text at an older revision", docV(1, ""), 9, false, ErrStaleVersion, 1, false, 1},
+			{"its text written again, a later revision", docV(1, ""), 11, false, nil, 1, true, 1},
+			{"read again at that revision", docV(1, ""), 11, false, nil, 0, true, 1},
+			{"reformatted", append([]byte("# comment\n"), docV(1, "")...), 12, false, nil, 1, true, 1},
+			{"changed, same version", docV(1, "hash_seed: 7\n"), 13, false, ErrVersionConflict, 1, true, 1},
+			{"a new version", docV(2, ""), 14, true, nil, 1, false, 2},
+			{"read again", docV(2, ""), 14, false, nil, 0, false, 2},
+		}},
+		{"file", []step{
+			{"first version", docV(1, ""), 0, true, nil, 1, false, 1},
+			{"read again", docV(1, ""), 0, false, nil, 0, false, 1},
+			{"reformatted", append([]byte("# comment\n"), docV(1, "")...), 0, false, nil, 1, true, 1},
+			{"changed, same version", docV(1, "hash_seed: 7\n"), 0, false, ErrVersionConflict, 1, true, 1},
+			{"a new version", docV(2, ""), 0, true, nil, 1, false, 2},
+			{"read again", docV(2, ""), 0, false, nil, 0, false, 2},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := NewTracker("doc", "etcd", slog.New(slog.DiscardHandler))
+			parses := 0
+			tr.SetParse(func(name string, data []byte) (*Document, error) {
+				parses++
+				return parse(name, data)
+			})
+			var applied []uint64
+			apply := func(d *Document) error { applied = append(applied, d.Version); return nil }
+			for _, s := range tc.steps {
+				parses = 0
+				ok, err := tr.Offer(s.text, Origin{Revision: s.rev}, apply)
+				assert.Equal(t, s.applied, ok, s.name)
+				if s.err != nil {
+					assert.ErrorIs(t, err, s.err, s.name)
+				} else {
+					require.NoError(t, err, s.name)
+					assert.NoError(t, tr.Status().LastError, s.name)
+				}
+				assert.Equal(t, s.parses, parses, "%s: parses", s.name)
+				assert.Equal(t, s.marshalled, tr.appliedText != nil, "%s: marshalled", s.name)
+				assert.Equal(t, s.version, tr.Status().Version, s.name)
+			}
+			assert.Equal(t, []uint64{1, 2}, applied)
+			assert.Equal(t, tc.name == "file", tr.appliedHashed, "hashed only without a store revision")
+			last := tc.steps[len(tc.steps)-1]
+			assert.Equal(t, last.rev, tr.Status().Revision)
 
-	// SetParse(nil) is the package's parser again.
-	tr.SetParse(nil)
-	_, err := tr.Offer([]byte("version: 3\nbogus: 1\n"), Origin{Revision: 15}, apply)
-	assert.True(t, errors.Is(err, ErrInvalid))
-	assert.Zero(t, parses)
+			// SetParse(nil) is the package's parser again.
+			tr.SetParse(nil)
+			parses = 0
+			_, err := tr.Offer([]byte("version: 3\nbogus: 1\n"), Origin{Revision: last.rev + 1}, apply)
+			assert.True(t, errors.Is(err, ErrInvalid))
+			assert.Zero(t, parses)
+		})
+	}
 }
 
 // BenchmarkTrackerOffer: what a node spends on a new version of a large
