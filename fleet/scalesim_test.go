@@ -452,7 +452,7 @@ func (s *sim) watchStatus(ctx context.Context) {
 type etcdLoad struct {
 	at                                  time.Time
 	puts, deletes, txns, ranges, events float64
-	proposals, renewals                 float64
+	proposals, renewals, sent           float64
 }
 
 func readLoad(tb testing.TB) etcdLoad {
@@ -481,6 +481,8 @@ func readLoad(tb testing.TB) etcdLoad {
 			l.proposals = sum
 		case "etcd_debugging_lease_renewed_total":
 			l.renewals = sum
+		case "etcd_network_client_grpc_sent_bytes_total":
+			l.sent = sum
 		}
 	}
 	return l
@@ -490,15 +492,17 @@ func readLoad(tb testing.TB) etcdLoad {
 type rates struct {
 	Seconds                              float64
 	KeyWrites, Proposals, Events, Renews float64
+	SentMB                               float64 // to clients, MB/s
 }
 
 func (b etcdLoad) rates(a etcdLoad) rates {
 	d := b.at.Sub(a.at).Seconds()
 	return rates{Seconds: d, KeyWrites: (b.puts + b.deletes - a.puts - a.deletes) / d,
-		Proposals: (b.proposals - a.proposals) / d, Events: (b.events - a.events) / d, Renews: (b.renewals - a.renewals) / d}
+		Proposals: (b.proposals - a.proposals) / d, Events: (b.events - a.events) / d, Renews: (b.renewals - a.renewals) / d,
+		SentMB: (b.sent - a.sent) / d / 1e6}
 }
 
 func (r rates) String() string {
-	return fmt.Sprintf("%.0f key writes/s, %.0f raft proposals/s, %.0f watch events/s, %.0f lease renewals/s (over %.1fs)",
-		r.KeyWrites, r.Proposals, r.Events, r.Renews, r.Seconds)
+	return fmt.Sprintf("%.0f key writes/s, %.0f raft proposals/s, %.0f watch events/s, %.0f lease renewals/s, %.1f MB/s sent to clients (over %.1fs)",
+		r.KeyWrites, r.Proposals, r.Events, r.Renews, r.SentMB, r.Seconds)
 }
