@@ -248,3 +248,39 @@ func TestReporter(t *testing.T) {
 	require.NoError(t, <-done)
 	assert.Empty(t, read().Nodes, "a stopped node's status is gone")
 }
+
+// TestReporterWritesOnChange: with the default interval a status that
+// does not change is not rewritten for a minute (a heartbeat of 5 s was
+// most of etcd's steady load at a thousand nodes), while a Poke writes a
+// change at once.
+func TestReporterWritesOnChange(t *testing.T) {
+	e := startEtcd(t)
+	var mu sync.Mutex
+	version := uint64(1)
+	r, err := NewReporter(ReporterConfig{Client: e.client, Role: RoleHostAgent, Name: "host-1",
+		Status: func() NodeStatus {
+			mu.Lock()
+			defer mu.Unlock()
+			return NodeStatus{Version: version, DataPath: "running"}
+		}})
+	require.NoError(t, err)
+	require.Equal(t, time.Minute, r.cfg.Interval)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+	writes := func() int64 { // how many times the key was written
+		resp, err := e.client.Get(context.Background(), newKeys("").status(RoleHostAgent, "host-1"))
+		require.NoError(t, err)
+		if len(resp.Kvs) == 0 {
+			return 0
+		}
+		return resp.Kvs[0].Version
+	}
+	eventually(t, "status written", func() bool { return writes() == 1 })
+	mu.Lock()
+	version = 2
+	mu.Unlock()
+	r.Poke()
+	eventually(t, "the change written", func() bool { return writes() == 2 })
+}
