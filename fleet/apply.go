@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -37,23 +38,33 @@ type Stored struct {
 // again until ctx is done.
 func Get(ctx context.Context, c *clientv3.Client, prefix string) (Stored, error) {
 	k := newKeys(prefix)
-	var resp *clientv3.TxnResponse
+	var docs, commits []*mvccpb.KeyValue
 	err := retryUnavailable(ctx, func() (err error) {
-		resp, err = c.Txn(ctx).Then(clientv3.OpGet(k.document()), clientv3.OpGet(k.commit())).Commit()
+		docs, commits, _, err = readDocument(ctx, c, k)
 		return err
 	})
 	if err != nil {
 		return Stored{}, fmt.Errorf("fleet: read %s: %w", k.document(), err)
 	}
 	var st Stored
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		st.Text, st.Revision = kvs[0].Value, kvs[0].ModRevision
+	if len(docs) > 0 {
+		st.Text, st.Revision = docs[0].Value, docs[0].ModRevision
 		st.Doc, st.Err = control.Parse(st.Text)
 	}
-	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-		st.Commit, _ = decodeCommit(kvs[0].Value)
+	if len(commits) > 0 {
+		st.Commit, _ = decodeCommit(commits[0].Value)
 	}
 	return st, nil
+}
+
+// readDocument reads the document and its commit record at one revision
+// (one transaction), and returns that revision.
+func readDocument(ctx context.Context, c *clientv3.Client, k keys) (docs, commits []*mvccpb.KeyValue, rev int64, err error) {
+	resp, err := c.Txn(ctx).Then(clientv3.OpGet(k.document()), clientv3.OpGet(k.commit())).Commit()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	return resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs, resp.Header.Revision, nil
 }
 
 // Apply writes text, a document that doc is the parse of (the caller

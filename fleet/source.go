@@ -35,6 +35,10 @@ type SourceConfig struct {
 	// share one parse of each text (control.Tracker.SetParse); a node
 	// leaves it nil.
 	Parse func(name string, text []byte) (*control.Document, error)
+	// OnOffer, when set, is called after every document the Source
+	// offers (applied or refused), from Run's goroutine: a node reports
+	// its status then (the Reporter's Poke).
+	OnOffer func()
 }
 
 // Source is a control.Source that reads the fleet's document from etcd
@@ -48,6 +52,7 @@ type Source struct {
 	reload  chan struct{}
 	ready   chan struct{}
 	running atomic.Bool
+	onOffer func()
 }
 
 var _ control.Source = (*Source)(nil)
@@ -68,7 +73,7 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 	}
 	t := control.NewTracker("etcd:"+k.document(), "etcd", log)
 	t.SetParse(cfg.Parse)
-	return &Source{c: cfg.Client, k: k, log: log, retry: cfg.Retry, t: t,
+	return &Source{c: cfg.Client, k: k, log: log, retry: cfg.Retry, t: t, onOffer: cfg.OnOffer,
 		reload: make(chan struct{}, 1), ready: make(chan struct{})}, nil
 }
 
@@ -137,16 +142,15 @@ func (s *Source) Run(ctx context.Context, apply func(*control.Document) error) e
 func (s *Source) read(ctx context.Context, apply func(*control.Document) error) (int64, bool, error) {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	resp, err := s.c.Txn(rctx).Then(clientv3.OpGet(s.k.document()), clientv3.OpGet(s.k.commit())).Commit()
+	docs, commits, rev, err := readDocument(rctx, s.c, s.k)
 	if err != nil {
 		return 0, false, err
 	}
-	docs, commits := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
 	if len(docs) == 0 {
-		return resp.Header.Revision, false, nil
+		return rev, false, nil
 	}
 	s.offer(docs[0], commits, apply)
-	return resp.Header.Revision, true, nil
+	return rev, true, nil
 }
 
 // offer hands a document's text to the Tracker, with its revision and,
@@ -161,6 +165,9 @@ func (s *Source) offer(doc *mvccpb.KeyValue, commits []*mvccpb.KeyValue, apply f
 		}
 	}
 	s.t.Offer(doc.Value, o, apply)
+	if s.onOffer != nil {
+		s.onOffer()
+	}
 }
 
 // watch watches the document from revision rev+1 until ctx is done, the

@@ -11,7 +11,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/fleet"
 	"github.com/xdplb/xdplb/health"
 )
@@ -51,12 +50,15 @@ func NewFleet(endpoints, prefix, role, name string, log *slog.Logger) (*Fleet, e
 	if err != nil {
 		return nil, fmt.Errorf("etcd %s: %w", endpoints, err)
 	}
-	src, err := fleet.NewSource(fleet.SourceConfig{Client: c, Prefix: prefix, Logger: log})
+	f := &Fleet{Client: c, role: role, name: name, log: log, state: "starting", prefix: prefix}
+	// The status is written as soon as a document is applied or refused.
+	src, err := fleet.NewSource(fleet.SourceConfig{Client: c, Prefix: prefix, Logger: log,
+		OnOffer: func() { f.rep.Poke() }})
 	if err != nil {
 		c.Close()
 		return nil, err
 	}
-	f := &Fleet{Client: c, Source: src, role: role, name: name, log: log, state: "starting", prefix: prefix}
+	f.Source = src
 	f.rep, err = fleet.NewReporter(fleet.ReporterConfig{Client: c, Prefix: prefix, Role: role, Name: name,
 		Logger: log, Status: f.status})
 	if err != nil {
@@ -128,24 +130,6 @@ func (f *Fleet) Run(ctx context.Context) error {
 		case <-f.Source.Ready():
 			f.SetDataPath("running")
 		case <-ctx.Done():
-		}
-	}()
-	// Write the status on every change of what the Source runs.
-	go func() {
-		var last control.Status
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				st := f.Source.Status()
-				if st.Version != last.Version || st.Rejected != last.Rejected || (st.LastError == nil) != (last.LastError == nil) {
-					last = st
-					f.rep.Poke()
-				}
-			}
 		}
 	}()
 	return f.rep.Run(ctx)
