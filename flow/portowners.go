@@ -13,6 +13,7 @@ type PortOwner struct {
 	DIP  netip.Addr // the VM
 	Host netip.Addr // its host: where the Mux sends the replies (VXLAN)
 	VNI  uint32     // the DIP's tenant
+	MAC  [6]byte    // the DIP's MAC (the inner destination the Mux writes; zero: unknown)
 }
 
 // PortAllocation is one range of a VIP address's ports held by an owner.
@@ -20,6 +21,21 @@ type PortAllocation struct {
 	VIP         netip.Addr
 	First, Last uint16
 	Owner       PortOwner
+}
+
+// PortRangeUse is how much of one outbound allocation a Host Agent's
+// source NAT is using, as it reports it to whatever allocates ranges
+// (fleet's allocator claims another range for a DIP when its ranges run
+// high, and returns a range nobody uses).
+type PortRangeUse struct {
+	PortAllocation
+	// Conns is how many live connections hold a port of the range.
+	Conns int
+	// Ports is how many distinct ports of the range those connections
+	// hold: a port is reused for connections to different remote
+	// endpoints, so Conns may exceed the range's size while Ports
+	// cannot.
+	Ports int
 }
 
 // PortOwners maps (VIP address, port) to the owner of the outbound
