@@ -138,23 +138,33 @@ func (d *decoder) outbound(n *yaml.Node, doc *Document, hs hostSet) []Outbound {
 			d.errorf(o.keys["address"], path+".address", "%v serves every port inbound (a VIP with port all): no port is left for outbound connections", ob.Address)
 			continue
 		}
-		u := int(ob.Unit)
-		for b := (int(pool.First) + u - 1) / u * u; b+u-1 <= int(pool.Last); b += u {
-			r := PortRange{uint16(b), uint16(b + u - 1)}
-			if !slices.ContainsFunc(inbound, func(p uint16) bool { return p >= r.First && p <= r.Last }) {
-				if k := len(ob.Pool); k > 0 && int(ob.Pool[k-1].Last)+1 == b {
-					ob.Pool[k-1].Last = r.Last
-				} else {
-					ob.Pool = append(ob.Pool, r)
-				}
-			}
-		}
+		ob.Pool = OutboundPool(pool, ob.Unit, inbound)
 		if len(ob.Pool) == 0 {
 			d.errorf(at(poolN, o.n), path+".ports", "no whole unit of %d ports left in %v once the address's inbound ports are left out", ob.Unit, pool)
 			continue
 		}
 		ob.Static = d.staticAllocations(o.vals["static"], path+".static", &ob)
 		out = append(out, ob)
+	}
+	return out
+}
+
+// OutboundPool returns the ports of ports that outbound allocations of
+// unit ports may come from: its unit-aligned blocks that hold none of the
+// address's inbound ports, adjacent blocks merged. It is how the parser
+// computes Outbound.Pool from a section's ports and unit.
+func OutboundPool(ports PortRange, unit uint16, inbound []uint16) []PortRange {
+	var out []PortRange
+	u := int(unit)
+	for b := (int(ports.First) + u - 1) / u * u; b+u-1 <= int(ports.Last); b += u {
+		r := PortRange{uint16(b), uint16(b + u - 1)}
+		if !slices.ContainsFunc(inbound, func(p uint16) bool { return p >= r.First && p <= r.Last }) {
+			if k := len(out); k > 0 && int(out[k-1].Last)+1 == b {
+				out[k-1].Last = r.Last
+			} else {
+				out = append(out, r)
+			}
+		}
 	}
 	return out
 }

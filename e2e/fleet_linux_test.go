@@ -94,6 +94,10 @@ type fleetLab struct {
 	pool     []fleetlab.VM // the running document's pool
 
 	port atomic.Uint32 // the last client port handed out
+
+	// edit, when set, changes every document the lab writes (e.g. adds
+	// outbound sections).
+	edit func(*fleetlab.Doc)
 }
 
 // newFleetLab builds the topology, starts BIRD, the Muxes and the Host
@@ -101,12 +105,15 @@ type fleetLab struct {
 // VIP over both Muxes, both Muxes see every backend up, both agents
 // forward, and every VM has answered a request through the VIP. Everything
 // is removed at cleanup, also when the test fails.
-func newFleetLab(t *testing.T) *fleetLab {
+func newFleetLab(t *testing.T) *fleetLab { t.Helper(); return newFleetLabOf(t, nil) }
+
+// newFleetLabOf is newFleetLab with edit applied to every document.
+func newFleetLabOf(t *testing.T, edit func(*fleetlab.Doc)) *fleetLab {
 	t.Helper()
 	lab := netlab.New(t, "flt")
 	fleetlabtest.RequireBIRD(t, "the fleet end-to-end tests")
 	began := time.Now()
-	l := &fleetLab{t: t, dir: t.TempDir()}
+	l := &fleetLab{t: t, dir: t.TempDir(), edit: edit}
 	l.port.Store(10000 - 1) // see nextPort
 	f, err := fleetlab.BuildFleet(lab, 1, append(slices.Clone(flVMs), flSpare))
 	require.NoError(t, err)
@@ -159,9 +166,16 @@ func vmAddr(name string) netip.Addr {
 // writeDocuments writes version v, with pool as the VIP's backends, for
 // the Host Agents and for each Mux (each file replaced atomically).
 func (l *fleetLab) writeDocuments(v uint64, pool []fleetlab.VM) {
-	fleetlabtest.WriteDocument(l.t, l.hostConf, flDocument(v, 0, pool))
+	doc := func(mux int) *fleetlab.Doc {
+		d := flDocument(v, mux, pool)
+		if l.edit != nil {
+			l.edit(d)
+		}
+		return d
+	}
+	fleetlabtest.WriteDocument(l.t, l.hostConf, doc(0))
 	for i, p := range l.muxConf {
-		fleetlabtest.WriteDocument(l.t, p, flDocument(v, i+1, pool))
+		fleetlabtest.WriteDocument(l.t, p, doc(i+1))
 	}
 	l.version, l.pool = v, slices.Clone(pool)
 }

@@ -101,6 +101,11 @@ type Doc struct {
 	Pool6 []VM
 	// Hosts are the physical hosts; VM.Host numbers them from 1.
 	Hosts []Host
+	// Outbound are outbound sections, written as they are except that an
+	// empty Pool is computed as the parser does (the ports 1024-65535
+	// without the address's inbound ports: its services' and inbound NAT
+	// rules'), and a zero Unit is control.DefaultOutboundUnit.
+	Outbound []control.Outbound
 	// OmitHosts leaves the hosts section out (the Muxes need only the
 	// backends' host addresses).
 	OmitHosts bool
@@ -140,6 +145,15 @@ func (d *Doc) Document() *control.Document {
 		}
 		doc.VIPs = append(doc.VIPs, v)
 	}
+	for _, ob := range d.Outbound {
+		if ob.Unit == 0 {
+			ob.Unit = control.DefaultOutboundUnit
+		}
+		if ob.Pool == nil {
+			ob.Pool = control.OutboundPool(control.PortRange{First: 1024, Last: 65535}, ob.Unit, d.inboundPorts(ob.Address))
+		}
+		doc.Outbound = append(doc.Outbound, ob)
+	}
 	if d.OmitHosts {
 		return doc
 	}
@@ -159,6 +173,23 @@ func (d *Doc) Document() *control.Document {
 		doc.Hosts = append(doc.Hosts, host)
 	}
 	return doc
+}
+
+// inboundPorts are the ports addr serves inbound: its services' and its
+// inbound NAT rules'.
+func (d *Doc) inboundPorts(addr netip.Addr) []uint16 {
+	var ps []uint16
+	for _, s := range d.Services {
+		if s.Addr == addr {
+			ps = append(ps, s.Port)
+		}
+	}
+	for _, r := range d.InboundNAT {
+		for p := int(r.FirstPort); r.Address == addr && p <= int(r.LastPort); p++ {
+			ps = append(ps, uint16(p))
+		}
+	}
+	return ps
 }
 
 // Marshal returns the document's YAML text (control.Document.Marshal).

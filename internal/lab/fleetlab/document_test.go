@@ -157,3 +157,29 @@ func TestFleetShared(t *testing.T) {
 		require.Equal(t, own.BGP, m.BGP, "mux%d", i)
 	}
 }
+
+// outboundDoc is the fleet's document with inbound NAT rules and an
+// outbound section on the web VIP with a static allocation.
+func outboundDoc() *fleetlab.Doc {
+	d := fleetlab.FleetDoc(1, 0, true, testServices, fleetlab.FleetVMs())
+	vip := testServices[0].Addr
+	d.InboundNAT = []control.InboundNAT{{Name: "ssh", Address: vip, Protocol: flow.ProtoTCP, VNI: testServices[0].VNI,
+		FirstPort: 50001, LastPort: 50001, BackendPort: 22, Targets: []netip.Addr{fleetlab.FleetVMs()[0].Addr}}}
+	d.Outbound = []control.Outbound{{Address: vip, VNI: testServices[0].VNI, DIPs: []netip.Addr{fleetlab.FleetVMs()[0].Addr},
+		Static: []control.StaticAllocation{{DIP: fleetlab.FleetVMs()[0].Addr, Ports: control.PortRange{First: 2048, Last: 4095}}}}}
+	return d
+}
+
+func TestDocOutboundPool(t *testing.T) {
+	d := outboundDoc()
+	doc := d.Document()
+	require.Len(t, doc.Outbound, 1)
+	// The web VIP's port 80 is below the pool; 50001 leaves its block out.
+	require.Equal(t, []control.PortRange{{First: 1024, Last: 49983}, {First: 50048, Last: 65535}}, doc.Outbound[0].Pool)
+	// As a node parses it (the inbound NAT rule's VIP appears only then).
+	text, err := d.Marshal()
+	require.NoError(t, err)
+	got, err := control.Parse(text)
+	require.NoError(t, err, "%s", text)
+	require.Equal(t, doc.Outbound, got.Outbound)
+}
