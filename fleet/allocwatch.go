@@ -1,0 +1,204 @@
+package fleet
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/xdplb/xdplb/flow"
+)
+
+// AllocationWatcherConfig configures an AllocationWatcher.
+type AllocationWatcherConfig struct {
+	Client *clientv3.Client // required
+	Prefix string           // default DefaultPrefix
+	// OnAllocations is called with every claimed range of the fleet
+	// whenever the claims change, one call at a time, from a goroutine Run
+	// starts (the Mux's Controller.SetPortAllocations; the document's
+	// static allocations are the Mux's to add). What changes while a call
+	// runs is handed over in the next call, together.
+	OnAllocations func([]flow.PortAllocation)
+	Logger        *slog.Logger
+}
+
+// AllocationWatcher follows every Host Agent's port claims, for a Mux: a
+// claim made is a range whose replies go to its DIP's host; a claim
+// returned or expired is a range whose replies go nowhere. While etcd is
+// unreachable the last allocations stay: the Mux keeps sending replies
+// where it did.
+type AllocationWatcher struct {
+	cfg   AllocationWatcherConfig
+	k     keys
+	ready chan struct{}
+	poke  chan struct{}
+
+	mu     sync.Mutex
+	claims map[rangeID]flow.PortAllocation
+	dirty  bool
+	read   bool // a complete read is among what is not reported yet
+}
+
+// NewAllocationWatcher returns an AllocationWatcher; nothing happens
+// until Run.
+func NewAllocationWatcher(cfg AllocationWatcherConfig) (*AllocationWatcher, error) {
+	if cfg.Client == nil || cfg.OnAllocations == nil {
+		return nil, errors.New("fleet: AllocationWatcherConfig needs a Client and OnAllocations")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &AllocationWatcher{cfg: cfg, k: newKeys(cfg.Prefix), claims: map[rangeID]flow.PortAllocation{},
+		ready: make(chan struct{}), poke: make(chan struct{}, 1)}, nil
+}
+
+// Ready is closed once the first complete read is reported.
+func (w *AllocationWatcher) Ready() <-chan struct{} { return w.ready }
+
+// Allocations are the claims as last read (not necessarily reported yet).
+func (w *AllocationWatcher) Allocations() []flow.PortAllocation {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.list()
+}
+
+// Run follows the claims until ctx is done.
+func (w *AllocationWatcher) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { w.reportLoop(ctx) })
+	var rev int64
+	for ctx.Err() == nil {
+		if rev == 0 {
+			r, err := w.readAll(ctx)
+			if err != nil {
+				w.cfg.Logger.Warn("fleet: allocation read failed; keeping the last allocations", "err", err)
+				sleep(ctx, time.Second)
+				continue
+			}
+			rev = r
+		}
+		rev = w.watch(ctx, rev)
+	}
+	return nil
+}
+
+// readAll replaces every claim with what etcd holds.
+func (w *AllocationWatcher) readAll(ctx context.Context) (int64, error) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := w.cfg.Client.Get(rctx, w.k.portClaims(), clientv3.WithPrefix())
+	if err != nil {
+		return 0, err
+	}
+	now := map[rangeID]flow.PortAllocation{}
+	for _, kv := range resp.Kvs {
+		vip, first, ok1 := parsePortKey(w.k.portClaims(), string(kv.Key))
+		c, ok2 := decodeClaim(kv.Value)
+		if ok1 && ok2 && c.Last >= first {
+			now[rangeID{vip, first}] = c.allocation(vip, first)
+		}
+	}
+	w.mu.Lock()
+	w.claims, w.dirty, w.read = now, true, true
+	w.mu.Unlock()
+	w.wake()
+	return resp.Header.Revision, nil
+}
+
+// watch applies changes from revision rev+1 until the watch ends; it
+// returns the revision to go on from (0: read everything again).
+func (w *AllocationWatcher) watch(ctx context.Context, rev int64) int64 {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for resp := range w.cfg.Client.Watch(wctx, w.k.portClaims(), clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+		if err := resp.Err(); err != nil {
+			if resp.CompactRevision > 0 {
+				return 0
+			}
+			w.cfg.Logger.Warn("fleet: allocation watch interrupted; keeping the last allocations", "err", err)
+			sleep(ctx, time.Second)
+			return rev
+		}
+		w.mu.Lock()
+		for _, ev := range resp.Events {
+			vip, first, ok := parsePortKey(w.k.portClaims(), string(ev.Kv.Key))
+			if !ok {
+				continue
+			}
+			id := rangeID{vip, first}
+			if ev.Type == clientv3.EventTypeDelete {
+				delete(w.claims, id)
+				w.dirty = true
+				continue
+			}
+			if c, ok := decodeClaim(ev.Kv.Value); ok && c.Last >= first {
+				w.claims[id] = c.allocation(vip, first)
+				w.dirty = true
+			}
+		}
+		w.mu.Unlock()
+		w.wake()
+		rev = resp.Header.Revision
+	}
+	if ctx.Err() == nil {
+		sleep(ctx, time.Second)
+	}
+	return rev
+}
+
+func (w *AllocationWatcher) wake() {
+	select {
+	case w.poke <- struct{}{}:
+	default:
+	}
+}
+
+// reportLoop hands the claims to OnAllocations when they changed, one
+// call at a time, until ctx is done.
+func (w *AllocationWatcher) reportLoop(ctx context.Context) {
+	var last []flow.PortAllocation
+	reported := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.poke:
+		}
+		w.mu.Lock()
+		dirty, read := w.dirty, w.read
+		all := w.list()
+		w.dirty, w.read = false, false
+		w.mu.Unlock()
+		// A claim rewritten unchanged (a restarted host taking its ranges
+		// back under a new lease) is no change for the Mux.
+		if dirty && (!reported || !slices.Equal(all, last)) {
+			w.cfg.OnAllocations(all)
+			last, reported = all, true
+		}
+		if read {
+			select {
+			case <-w.ready:
+			default:
+				close(w.ready)
+			}
+		}
+	}
+}
+
+// list is the claims sorted by VIP and first port; w.mu is held.
+func (w *AllocationWatcher) list() []flow.PortAllocation {
+	out := make([]flow.PortAllocation, 0, len(w.claims))
+	for _, a := range w.claims {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(x, y flow.PortAllocation) int {
+		return cmp.Or(x.VIP.Compare(y.VIP), cmp.Compare(x.First, y.First))
+	})
+	return out
+}
