@@ -376,6 +376,15 @@ func TestAllocatorGuard(t *testing.T) {
 		assert.Equal(t, int64((5*time.Second+time.Hour)/time.Second), ttl.GrantedTTL, "lease TTL + longest connection timeout")
 	}
 
+	// Status shows them guarded.
+	f, err := ReadStatus(ctx, e.client, "")
+	require.NoError(t, err)
+	doc := &control.Document{Outbound: []control.Outbound{{Address: outVIP, VNI: 100, Unit: 64,
+		Pool: []control.PortRange{{First: 1024, Last: 1024 + 3*64 - 1}}}}}
+	or := outboundReports(f, doc)
+	require.Len(t, or, 1)
+	assert.Equal(t, []int{3, 1, 2, 0}, []int{or[0].Units, or[0].Held, or[0].Guarded, or[0].Free})
+
 	// host-a restarts: its ranges come back at once, guards and all.
 	a2 := runHost(t, e, "host-a", PortAllocatorConfig{MinRanges: 2, MaxConnTimeout: time.Hour}, dipA)
 	eventually(t, "host-a takes its ranges back", func() bool { return len(a2.nat.held()) == 2 })
@@ -393,7 +402,7 @@ func TestAllocatorGuard(t *testing.T) {
 	require.Len(t, b.nat.held(), 1)
 	guards = claimsIn(t, e, k.portGuards())
 	require.Equal(t, guards[aRanges[0]].lease, guards[aRanges[1]].lease, "ranges found free together cool together")
-	_, err := e.client.Revoke(ctx, clientv3.LeaseID(guards[aRanges[0]].lease))
+	_, err = e.client.Revoke(ctx, clientv3.LeaseID(guards[aRanges[0]].lease))
 	require.NoError(t, err)
 	eventually(t, "host-b claims a range whose guard time passed", func() bool { return len(b.nat.held()) == 2 })
 	got := firsts(b.nat.held())
@@ -441,4 +450,87 @@ outbound:
 	assert.Equal(t, uint16(256), ds[0].Unit)
 	assert.Len(t, OutboundDIPs(doc, "host-2"), 1)
 	assert.Empty(t, OutboundDIPs(doc, "host-3"))
+}
+
+// muxView records what an AllocationWatcher hands a Mux.
+type muxView struct {
+	mu    sync.Mutex
+	calls [][]flow.PortAllocation
+}
+
+func (m *muxView) on(a []flow.PortAllocation) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls = append(m.calls, a)
+}
+
+func (m *muxView) last() []flow.PortAllocation {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.calls) == 0 {
+		return nil
+	}
+	return m.calls[len(m.calls)-1]
+}
+
+// TestAllocationWatcher: a Mux's watcher sees every host's claims with
+// their owners, and returns; a host restarting (its claims rewritten
+// under a new lease) is no change; with etcd gone it keeps the last
+// allocations, and follows again when etcd is back.
+func TestAllocationWatcher(t *testing.T) {
+	e := startEtcd(t)
+	mv := &muxView{}
+	w, err := NewAllocationWatcher(AllocationWatcherConfig{Client: e.client, OnAllocations: mv.on})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	<-w.Ready()
+
+	clk := &fakeClock{t: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	h1 := runHost(t, e, "host-1", PortAllocatorConfig{Idle: time.Minute, Now: clk.now}, outDIP(1, 1, 16))
+	eventually(t, "host-1's first range", func() bool { return len(h1.nat.held()) == 1 })
+	busy := h1.nat.held()[0].First
+	h1.nat.set(busy, 60, 60) // a second range
+	h2 := runHost(t, e, "host-2", PortAllocatorConfig{}, outDIP(2, 2, 16))
+	want := func() []flow.PortAllocation {
+		all := append(h1.nat.held(), h2.nat.held()...)
+		slices.SortFunc(all, func(x, y flow.PortAllocation) int { return int(x.First) - int(y.First) })
+		return all
+	}
+	eventually(t, "both hosts' claims", func() bool { return len(mv.last()) == 3 && slices.Equal(mv.last(), want()) })
+	for _, a := range mv.last() {
+		assert.NotZero(t, a.Owner.MAC, "the DIP's MAC travels with the claim")
+	}
+
+	// host-1's second range is returned.
+	h1.nat.set(busy, 1, 1)
+	clk.add(time.Minute)
+	eventually(t, "the return seen", func() bool { return len(mv.last()) == 2 && slices.Equal(mv.last(), want()) })
+
+	// host-2 restarts: it takes its range back under a new lease.
+	before := h2.nat.held()
+	h2.stop()
+	h2b := runHost(t, e, "host-2", PortAllocatorConfig{}, outDIP(2, 2, 16))
+	eventually(t, "host-2 back", func() bool { return h2b.a.Counters().Reclaims == 1 })
+	assert.Equal(t, before, h2b.nat.held())
+
+	// etcd goes away: the Mux keeps what it has.
+	n := len(mv.calls)
+	kept := mv.last()
+	e.stop()
+	time.Sleep(1500 * time.Millisecond) // the watch breaks and retries meanwhile (not a timing assertion)
+	assert.Equal(t, kept, w.Allocations())
+	assert.Equal(t, kept, mv.last())
+	e.start()
+	h3 := runHost(t, e, "host-3", PortAllocatorConfig{}, outDIP(3, 3, 16))
+	eventually(t, "followed again", func() bool {
+		return len(mv.last()) == 3 && len(h3.nat.held()) == 1 && slices.Contains(mv.last(), h3.nat.held()[0])
+	})
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	for i := 1; i < len(mv.calls); i++ {
+		assert.NotEqual(t, mv.calls[i-1], mv.calls[i], "call %d repeats the last (of %d; %d before etcd stopped)", i, len(mv.calls), n)
+	}
 }

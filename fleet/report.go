@@ -22,6 +22,8 @@ type StatusReport struct {
 	Live  string      `json:"live"`
 	Nodes []NodeRow   `json:"nodes"`
 	VIPs  []VIPReport `json:"vips"`
+	// Outbound is every outbound VIP's port pool and who holds what.
+	Outbound []OutboundReport `json:"outbound,omitempty"`
 }
 
 // NodeRow is one node's status, with how long ago it wrote it.
@@ -95,6 +97,7 @@ func Report(f FleetStatus, now time.Time) StatusReport {
 		}
 		r.VIPs = append(r.VIPs, vr)
 	}
+	r.Outbound = outboundReports(f, doc)
 	return r
 }
 

@@ -202,6 +202,9 @@ type FleetStatus struct {
 	Nodes    []NodeStatus // by role, then name
 	// Health is every DIP verdict the host agents publish.
 	Health map[HealthKey]health.Verdict
+	// Claims are every outbound port range claimed, Guards every guard
+	// (see PortAllocator).
+	Claims, Guards []PortRecord
 }
 
 // Live counts, per role, the nodes that run version v and all nodes:
@@ -248,6 +251,9 @@ func ReadStatus(ctx context.Context, c *clientv3.Client, prefix string) (FleetSt
 		if ok1 && ok2 {
 			f.Health[hk] = h
 		}
+	}
+	if f.Claims, f.Guards, err = readPorts(ctx, c, k); err != nil {
+		return f, err
 	}
 	slices.SortFunc(f.Nodes, func(a, b NodeStatus) int {
 		if c := strings.Compare(a.Role, b.Role); c != 0 {

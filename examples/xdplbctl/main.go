@@ -11,8 +11,10 @@
 // transaction (fleet.Apply). diff says what the file would change. status
 // shows every node — role, applied version, sync delay, data path, last
 // error — which version is live on how many nodes, and every VIP's
-// backends with their health as the fleet sees it. get prints the stored
-// document. -o json gives status and diff as JSON for scripts.
+// backends with their health as the fleet sees it, and every outbound
+// VIP's port pool (units free, held, static, guarded) with each DIP's
+// ranges. get prints the stored document. -o json gives status and diff
+// as JSON for scripts.
 //
 // The etcd endpoints may also come from $XDPLB_ETCD.
 package main
@@ -205,6 +207,25 @@ func printStatus(w io.Writer, r fleet.StatusReport) {
 		for _, v := range r.VIPs {
 			for _, b := range v.Backends {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Service, b.Name, b.DIP, b.Host, b.State, b.Health)
+			}
+		}
+		tw.Flush()
+	}
+	if len(r.Outbound) > 0 {
+		// Each outbound VIP's pool in units, then every DIP's ranges.
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "OUTBOUND\tVNI\tUNIT\tUNITS\tFREE\tHELD\tSTATIC\tGUARDED")
+		for _, o := range r.Outbound {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", o.Address, o.VNI, o.Unit, o.Units, o.Free, o.Held, o.Static, o.Guarded)
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "OUTBOUND\tDIP\tHOST\tPORTS\tRANGES")
+		for _, o := range r.Outbound {
+			for _, h := range o.Holders {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", o.Address, h.DIP, h.Host, h.Ports, strings.Join(h.Ranges, ", "))
 			}
 		}
 		tw.Flush()

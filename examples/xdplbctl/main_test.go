@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/fleet"
 	"github.com/xdplb/xdplb/internal/lab/etcdlab"
 )
@@ -119,4 +120,75 @@ func TestXdplbctl(t *testing.T) {
 	assert.Equal(t, "mux-1", r.Nodes[0].Name)
 	assert.Equal(t, "running", r.Nodes[0].DataPath)
 	assert.Equal(t, "no report", r.VIPs[0].Backends[0].Health)
+}
+
+const outboundDoc = `version: 1
+vips:
+  - name: web
+    address: 198.18.100.1
+    protocol: tcp
+    port: 80
+    vni: 100
+    backends:
+      - {name: vm-a, address: 198.19.1.1, mac: "02:00:00:00:01:01", host: 198.19.0.1}
+hosts:
+  - name: host-1
+    address: 198.19.0.1
+    vms:
+      - {vni: 100, address: 198.19.1.1, mac: "02:00:00:00:01:01", interface: vm-a}
+      - {vni: 100, address: 198.19.1.2, mac: "02:00:00:00:01:02", interface: vm-b}
+outbound:
+  - address: 198.18.100.1
+    vni: 100
+    dips: [198.19.1.1, 198.19.1.2]
+    ports: 1024-2047
+    unit: 64
+    static: [{dip: 198.19.1.2, ports: 1024-1087}]
+`
+
+// TestXdplbctlOutbound: status shows each outbound VIP's pool and every
+// DIP's ranges, claimed (by a Host Agent's PortAllocator) and static;
+// -o json says the same.
+func TestXdplbctlOutbound(t *testing.T) {
+	dir := t.TempDir()
+	c := etcdlab.NewCluster(dir, 1)
+	e, err := c.Start(0, 30*time.Second)
+	require.NoError(t, err)
+	defer e.Close()
+	ep := c.Endpoints()[0]
+	p := filepath.Join(dir, "fleet.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(outboundDoc), 0o600))
+	rc, _, stderr := ctl(t, ep, "apply", "-f", p)
+	require.Equal(t, 0, rc, stderr)
+	doc, err := control.Load(p)
+	require.NoError(t, err)
+
+	cli, err := etcdlab.Client(c.Endpoints())
+	require.NoError(t, err)
+	defer cli.Close()
+	a, err := fleet.NewPortAllocator(fleet.PortAllocatorConfig{Client: cli, Host: "host-1", MinRanges: 2})
+	require.NoError(t, err)
+	a.SetDIPs(fleet.OutboundDIPs(doc, "host-1"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	require.Eventually(t, func() bool { return len(a.Allocations()) == 3 }, 20*time.Second, 20*time.Millisecond)
+
+	rc, out, stderr := ctl(t, ep, "status")
+	require.Equal(t, 0, rc, stderr)
+	assert.Regexp(t, `OUTBOUND\s+VNI\s+UNIT\s+UNITS\s+FREE\s+HELD\s+STATIC\s+GUARDED\n198.18.100.1\s+100\s+64\s+16\s+12\s+3\s+1\s+0\n`, out)
+	assert.Regexp(t, `198.18.100.1\s+198.19.1.1\s+host-1\s+128\s+\d+-\d+, \d+-\d+\n`, out)
+	assert.Regexp(t, `198.18.100.1\s+198.19.1.2\s+host-1\s+128\s+1024-1087 \(static\), \d+-\d+\n`, out)
+
+	rc, out, _ = ctl(t, ep, "status", "-o", "json")
+	require.Equal(t, 0, rc)
+	var r fleet.StatusReport
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Len(t, r.Outbound, 1)
+	o := r.Outbound[0]
+	assert.Equal(t, []int{16, 12, 3, 1, 0}, []int{o.Units, o.Free, o.Held, o.Static, o.Guarded})
+	require.Len(t, o.Holders, 2)
+	assert.Equal(t, "198.19.1.2", o.Holders[1].DIP)
+	assert.Equal(t, "1024-1087 (static)", o.Holders[1].Ranges[0])
 }
