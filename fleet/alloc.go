@@ -51,9 +51,11 @@ type PortAllocatorConfig struct {
 	// SetDIPs makes one at once.
 	Interval time.Duration
 	// Usage returns the use of every outbound range the Host Agent
-	// translates with, appended to dst (nat computes it; nil: no use is
-	// ever seen, so only the minimum is claimed and nothing is returned
-	// for idleness before Idle has passed).
+	// translates with, and of every range it was given before that still
+	// holds a connection, appended to dst (nat computes it; nil: no use is
+	// ever seen, so only the minimum is claimed). A range is returned only
+	// when Usage, called after OnChange withdrew it, shows no connection
+	// on it.
 	Usage func(dst []flow.PortRangeUse) []flow.PortRangeUse
 	// OnChange is called with every range this host holds whenever that
 	// changes (the Host Agent's SetOutboundAllocations), one call at a

@@ -36,15 +36,27 @@ type fakeNAT struct {
 	allocs []flow.PortAllocation
 	own    []flow.PortAllocation // static ranges it also translates with
 	use    map[uint16][2]int     // first port → conns, ports
-	calls  int                   // Usage calls: each is one allocator step
-	change int                   // OnChange calls
+	// grab is a range a connection takes just as the allocator withdraws
+	// it (0: none).
+	grab   uint16
+	calls  int                            // Usage calls: each is one allocator step
+	change int                            // OnChange calls
+	known  map[uint16]flow.PortAllocation // every range it was ever given
 }
 
-func newFakeNAT() *fakeNAT { return &fakeNAT{use: map[uint16][2]int{}} }
+func newFakeNAT() *fakeNAT {
+	return &fakeNAT{use: map[uint16][2]int{}, known: map[uint16]flow.PortAllocation{}}
+}
 
 func (n *fakeNAT) onChange(a []flow.PortAllocation) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.grab != 0 && slices.Contains(firsts(n.allocs), n.grab) && !slices.Contains(firsts(a), n.grab) {
+		n.use[n.grab] = [2]int{1, 1}
+	}
+	for _, x := range a {
+		n.known[x.First] = x
+	}
 	n.allocs, n.change = a, n.change+1
 }
 
@@ -55,6 +67,12 @@ func (n *fakeNAT) usage(dst []flow.PortRangeUse) []flow.PortRangeUse {
 	for _, a := range append(slices.Clone(n.allocs), n.own...) {
 		u := n.use[a.First]
 		dst = append(dst, flow.PortRangeUse{PortAllocation: a, Conns: u[0], Ports: u[1]})
+	}
+	// A range withdrawn whose connections still live is reported too.
+	for first, a := range n.known {
+		if u := n.use[first]; u[0] > 0 && !slices.Contains(firsts(n.allocs), first) {
+			dst = append(dst, flow.PortRangeUse{PortAllocation: a, Conns: u[0], Ports: u[1]})
+		}
 	}
 	return dst
 }
@@ -290,6 +308,35 @@ func TestAllocatorIdleReturn(t *testing.T) {
 	clk.add(time.Hour)
 	h.nat.settle(t, 3)
 	assert.Equal(t, []uint16{busy}, firsts(h.nat.held()))
+}
+
+// TestAllocatorReturnRace: a connection that takes a port of an idle
+// range just before the allocator withdraws it keeps the range: it is
+// given back to the Host Agent, not returned to the pool.
+func TestAllocatorReturnRace(t *testing.T) {
+	e := startEtcd(t)
+	clk := &fakeClock{t: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	h := runHost(t, e, "host-1", PortAllocatorConfig{Idle: time.Minute, Now: clk.now}, outDIP(1, 1, 16))
+	eventually(t, "one range", func() bool { return len(h.nat.held()) == 1 })
+	busy := h.nat.held()[0].First
+	h.nat.set(busy, 64, 64)
+	eventually(t, "two ranges", func() bool { return len(h.nat.held()) == 2 })
+	other := h.nat.held()[0].First
+	if other == busy {
+		other = h.nat.held()[1].First
+	}
+	h.nat.mu.Lock()
+	h.nat.grab = other
+	h.nat.mu.Unlock()
+	clk.add(time.Minute)
+	eventually(t, "withdrawn and given back", func() bool {
+		h.nat.mu.Lock()
+		defer h.nat.mu.Unlock()
+		return h.nat.use[other][0] == 1 && len(h.nat.allocs) == 2
+	})
+	h.nat.settle(t, 3)
+	assert.Zero(t, h.a.Counters().Returns, "%+v %v busy %d other %d", h.a.Counters(), h.nat.held(), busy, other)
+	assert.Len(t, claimsIn(t, e, newKeys("").portClaims()), 2, "still claimed in etcd")
 }
 
 func keysOf(m map[uint16]recordKV) []uint16 {
