@@ -581,3 +581,114 @@ func TestAllocationWatcher(t *testing.T) {
 		assert.NotEqual(t, mv.calls[i-1], mv.calls[i], "call %d repeats the last (of %d; %d before etcd stopped)", i, len(mv.calls), n)
 	}
 }
+
+// flakyEtcd is a client whose etcd can be made to fail on script: while
+// down, a running watch ends with an error, the next watch reports a
+// compaction (the watcher must read everything again) and every Get fails.
+type flakyEtcd struct {
+	clientv3.KV
+	clientv3.Watcher
+	mu      sync.Mutex
+	cut     chan struct{} // closed while down (nil: up, not made yet)
+	watches int           // watches started while down
+}
+
+// state returns the channel closed when etcd goes down, and whether it
+// is down now.
+func (f *flakyEtcd) state() (<-chan struct{}, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cut == nil {
+		f.cut = make(chan struct{})
+	}
+	select {
+	case <-f.cut:
+		return f.cut, true
+	default:
+		return f.cut, false
+	}
+}
+
+func (f *flakyEtcd) setDown(down bool) {
+	_, isDown := f.state()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case down && !isDown:
+		close(f.cut)
+	case !down && isDown:
+		f.cut = make(chan struct{})
+	}
+}
+
+func (f *flakyEtcd) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if _, down := f.state(); down {
+		return nil, fmt.Errorf("etcd is down (test)")
+	}
+	return f.KV.Get(ctx, key, opts...)
+}
+
+func (f *flakyEtcd) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	out := make(chan clientv3.WatchResponse, 1)
+	cut, down := f.state()
+	if down {
+		f.mu.Lock()
+		f.watches++
+		f.mu.Unlock()
+		out <- clientv3.WatchResponse{CompactRevision: 1}
+		close(out)
+		return out
+	}
+	in := f.Watcher.Watch(ctx, key, opts...)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case r, ok := <-in:
+				if !ok {
+					return
+				}
+				select {
+				case out <- r:
+				case <-ctx.Done():
+					return
+				}
+			case <-cut:
+				out <- clientv3.WatchResponse{Canceled: true} // an error (etcd: no leader)
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// TestAllocationWatcherKeepsThroughErrors: a watch that ends with an
+// error, a compaction whose re-read fails, and reads failing for a while
+// leave the Mux with the last allocations; when etcd answers again the
+// watcher reads and follows.
+func TestAllocationWatcherKeepsThroughErrors(t *testing.T) {
+	e := startEtcd(t)
+	f := &flakyEtcd{KV: e.client.KV, Watcher: e.client.Watcher}
+	mv := &muxView{}
+	w, err := NewAllocationWatcher(AllocationWatcherConfig{Client: &clientv3.Client{KV: f, Watcher: f}, OnAllocations: mv.on})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	<-w.Ready()
+
+	h1 := runHost(t, e, "host-1", PortAllocatorConfig{MinRanges: 2}, outDIP(1, 1, 16))
+	eventually(t, "host-1's claims", func() bool { return len(mv.last()) == 2 && slices.Equal(mv.last(), h1.nat.held()) })
+	kept := mv.last()
+	f.setDown(true)
+	eventually(t, "the watch broken and a re-read tried", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.watches > 0 })
+	time.Sleep(1500 * time.Millisecond) // reads fail meanwhile (not a timing assertion)
+	assert.Equal(t, kept, w.Allocations())
+	assert.Equal(t, kept, mv.last())
+	f.setDown(false)
+	h2 := runHost(t, e, "host-2", PortAllocatorConfig{}, outDIP(2, 2, 16))
+	eventually(t, "followed again", func() bool {
+		return len(mv.last()) == 3 && len(h2.nat.held()) == 1 && slices.Contains(mv.last(), h2.nat.held()[0])
+	})
+}
