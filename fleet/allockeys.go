@@ -12,17 +12,20 @@ import (
 	"github.com/xdplb/xdplb/flow"
 )
 
-// The keys of outbound port allocation (see the package documentation,
-// "Outbound port ranges", for why there are two per range):
+// The keys of outbound port allocation (the package documentation,
+// "Outbound port ranges", says why each range has two):
 //
-//	ports/<vip>/<first>       PortClaim: who holds the range now, under the holder's lease
-//	portguards/<vip>/<first>  PortClaim: who held it last; no lease while the claim lives,
-//	                          a cooling lease of Guard's length once a claimer saw the claim gone
+//	ports/claims/<vip>/<first>  PortClaim: who holds the range now, under the holder's lease
+//	ports/guards/<vip>/<first>  PortClaim: who held it last; no lease while the claim lives,
+//	                            a cooling lease of PortAllocator.Guard's length once a
+//	                            claimer has seen the claim gone
 //
 // <first> is the range's first port in five digits, so that a VIP's keys
-// sort by port and a range of ports is a range of keys.
-func (k keys) portClaims() string                 { return k.prefix + "ports/" }
-func (k keys) portGuards() string                 { return k.prefix + "portguards/" }
+// sort by port and a range of ports is a range of keys (what the
+// create-only compare of a claim covers).
+func (k keys) ports() string                      { return k.prefix + "ports/" }
+func (k keys) portClaims() string                 { return k.ports() + "claims/" }
+func (k keys) portGuards() string                 { return k.ports() + "guards/" }
 func (k keys) portClaimsOf(vip netip.Addr) string { return k.portClaims() + vip.String() + "/" }
 func (k keys) portGuardsOf(vip netip.Addr) string { return k.portGuards() + vip.String() + "/" }
 func portKey(vipPrefix string, port int) string   { return fmt.Sprintf("%s%05d", vipPrefix, port) }

@@ -18,8 +18,9 @@ import (
 type AllocationWatcherConfig struct {
 	Client *clientv3.Client // required
 	Prefix string           // default DefaultPrefix
-	// OnAllocations is called with every claimed range of the fleet
-	// whenever the claims change, one call at a time, from a goroutine Run
+	// OnAllocations is called with every range of the fleet held (a claim)
+	// or guarded for its last holder (AllocationWatcher) whenever that
+	// changes, one call at a time, from a goroutine Run
 	// starts (the Mux's Controller.SetPortAllocations; the document's
 	// static allocations are the Mux's to add). What changes while a call
 	// runs is handed over in the next call, together.
@@ -28,20 +29,24 @@ type AllocationWatcherConfig struct {
 }
 
 // AllocationWatcher follows every Host Agent's port claims, for a Mux: a
-// claim made is a range whose replies go to its DIP's host; a claim
-// returned or expired is a range whose replies go nowhere. While etcd is
-// unreachable the last allocations stay: the Mux keeps sending replies
-// where it did.
+// claim made is a range whose replies go to its DIP's host. A range
+// whose claim expired with its holder's lease stays its holder's for as
+// long as its guard lives (the guard time): replies to connections the
+// holder made still reach its host, and a holder that restarts takes the
+// range back with no change for the Mux. A range returned (no
+// connection left on it) or whose guard time has passed is gone. While
+// etcd is unreachable the last allocations stay: the Mux keeps sending
+// replies where it did.
 type AllocationWatcher struct {
 	cfg   AllocationWatcherConfig
 	k     keys
 	ready chan struct{}
 	poke  chan struct{}
 
-	mu     sync.Mutex
-	claims map[rangeID]flow.PortAllocation
-	dirty  bool
-	read   bool // a complete read is among what is not reported yet
+	mu             sync.Mutex
+	claims, guards map[rangeID]flow.PortAllocation
+	dirty          bool
+	read           bool // a complete read is among what is not reported yet
 }
 
 // NewAllocationWatcher returns an AllocationWatcher; nothing happens
@@ -54,13 +59,14 @@ func NewAllocationWatcher(cfg AllocationWatcherConfig) (*AllocationWatcher, erro
 		cfg.Logger = slog.Default()
 	}
 	return &AllocationWatcher{cfg: cfg, k: newKeys(cfg.Prefix), claims: map[rangeID]flow.PortAllocation{},
-		ready: make(chan struct{}), poke: make(chan struct{}, 1)}, nil
+		guards: map[rangeID]flow.PortAllocation{}, ready: make(chan struct{}), poke: make(chan struct{}, 1)}, nil
 }
 
 // Ready is closed once the first complete read is reported.
 func (w *AllocationWatcher) Ready() <-chan struct{} { return w.ready }
 
-// Allocations are the claims as last read (not necessarily reported yet).
+// Allocations are the allocations as last read (not necessarily reported
+// yet).
 func (w *AllocationWatcher) Allocations() []flow.PortAllocation {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -88,27 +94,38 @@ func (w *AllocationWatcher) Run(ctx context.Context) error {
 	return nil
 }
 
-// readAll replaces every claim with what etcd holds.
+// readAll replaces every claim and guard with what etcd holds.
 func (w *AllocationWatcher) readAll(ctx context.Context) (int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	resp, err := w.cfg.Client.Get(rctx, w.k.portClaims(), clientv3.WithPrefix())
+	resp, err := w.cfg.Client.Get(rctx, w.k.ports(), clientv3.WithPrefix())
 	if err != nil {
 		return 0, err
 	}
-	now := map[rangeID]flow.PortAllocation{}
+	claims, guards := map[rangeID]flow.PortAllocation{}, map[rangeID]flow.PortAllocation{}
 	for _, kv := range resp.Kvs {
-		vip, first, ok1 := parsePortKey(w.k.portClaims(), string(kv.Key))
-		c, ok2 := decodeClaim(kv.Value)
-		if ok1 && ok2 && c.Last >= first {
-			now[rangeID{vip, first}] = c.allocation(vip, first)
+		if m, id, ok := w.parse(claims, guards, kv.Key); ok {
+			if c, ok := decodeClaim(kv.Value); ok && c.Last >= id.first {
+				m[id] = c.allocation(id.vip, id.first)
+			}
 		}
 	}
 	w.mu.Lock()
-	w.claims, w.dirty, w.read = now, true, true
+	w.claims, w.guards, w.dirty, w.read = claims, guards, true, true
 	w.mu.Unlock()
 	w.wake()
 	return resp.Header.Revision, nil
+}
+
+// parse says which of claims and guards key belongs in, and its range.
+func (w *AllocationWatcher) parse(claims, guards map[rangeID]flow.PortAllocation, key []byte) (map[rangeID]flow.PortAllocation, rangeID, bool) {
+	if vip, first, ok := parsePortKey(w.k.portClaims(), string(key)); ok {
+		return claims, rangeID{vip, first}, true
+	}
+	if vip, first, ok := parsePortKey(w.k.portGuards(), string(key)); ok {
+		return guards, rangeID{vip, first}, true
+	}
+	return nil, rangeID{}, false
 }
 
 // watch applies changes from revision rev+1 until the watch ends; it
@@ -116,7 +133,7 @@ func (w *AllocationWatcher) readAll(ctx context.Context) (int64, error) {
 func (w *AllocationWatcher) watch(ctx context.Context, rev int64) int64 {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	for resp := range w.cfg.Client.Watch(wctx, w.k.portClaims(), clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+	for resp := range w.cfg.Client.Watch(wctx, w.k.ports(), clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
 		if err := resp.Err(); err != nil {
 			if resp.CompactRevision > 0 {
 				return 0
@@ -127,18 +144,17 @@ func (w *AllocationWatcher) watch(ctx context.Context, rev int64) int64 {
 		}
 		w.mu.Lock()
 		for _, ev := range resp.Events {
-			vip, first, ok := parsePortKey(w.k.portClaims(), string(ev.Kv.Key))
+			m, id, ok := w.parse(w.claims, w.guards, ev.Kv.Key)
 			if !ok {
 				continue
 			}
-			id := rangeID{vip, first}
 			if ev.Type == clientv3.EventTypeDelete {
-				delete(w.claims, id)
+				delete(m, id)
 				w.dirty = true
 				continue
 			}
-			if c, ok := decodeClaim(ev.Kv.Value); ok && c.Last >= first {
-				w.claims[id] = c.allocation(vip, first)
+			if c, ok := decodeClaim(ev.Kv.Value); ok && c.Last >= id.first {
+				m[id] = c.allocation(id.vip, id.first)
 				w.dirty = true
 			}
 		}
@@ -176,7 +192,8 @@ func (w *AllocationWatcher) reportLoop(ctx context.Context) {
 		w.dirty, w.read = false, false
 		w.mu.Unlock()
 		// A claim rewritten unchanged (a restarted host taking its ranges
-		// back under a new lease) is no change for the Mux.
+		// back under a new lease), or expired with its guard left, is no
+		// change for the Mux.
 		if dirty && (!reported || !slices.Equal(all, last)) {
 			w.cfg.OnAllocations(all)
 			last, reported = all, true
@@ -191,11 +208,19 @@ func (w *AllocationWatcher) reportLoop(ctx context.Context) {
 	}
 }
 
-// list is the claims sorted by VIP and first port; w.mu is held.
+// list is the claims, and the guards of ranges not claimed (their last
+// holder's), sorted by VIP and first port; w.mu is held. A claim is
+// made with its guard and the same owner, and no claim is made where a
+// guard lies, so the two never disagree.
 func (w *AllocationWatcher) list() []flow.PortAllocation {
-	out := make([]flow.PortAllocation, 0, len(w.claims))
+	out := make([]flow.PortAllocation, 0, len(w.guards))
 	for _, a := range w.claims {
 		out = append(out, a)
+	}
+	for id, a := range w.guards {
+		if _, ok := w.claims[id]; !ok {
+			out = append(out, a)
+		}
 	}
 	slices.SortFunc(out, func(x, y flow.PortAllocation) int {
 		return cmp.Or(x.VIP.Compare(y.VIP), cmp.Compare(x.First, y.First))
