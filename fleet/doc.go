@@ -32,10 +32,74 @@
 //	document.commit     JSON: version, committed_at, by — written in the same transaction
 //	status/<role>/<name> JSON NodeStatus, under the node's lease
 //	health/<host>/<vni>/<dip>/<port> JSON health.Verdict, under the host's lease (HealthPublisher)
+//	ports/claims/<vip>/<first> JSON PortClaim, under the holder's lease (PortAllocator)
+//	ports/guards/<vip>/<first> JSON PortClaim, no lease; a cooling lease once the claim is gone
 //
 // The sync delay a node reports is its apply time minus committed_at,
 // which the writer's clock records: the writer's and the node's clocks
 // must agree (NTP) for it to mean much.
+//
+// # Outbound port ranges
+//
+// A VM's outbound connections are translated to its VIP's address with
+// ports of ranges its DIP holds: the document's static ranges, and
+// ranges its Host Agent claims in etcd with a PortAllocator. The Muxes
+// follow the claims with an AllocationWatcher and send the replies on a
+// port to the host of the DIP holding it.
+//
+// A range is one unit of the VIP's pool (control.Outbound), unit-aligned,
+// never a static one. It has two keys, written together in one
+// transaction: its claim, under the claiming Host Agent's lease, and its
+// guard, the same record without a lease. The transaction is
+// create-only: it succeeds only if no claim and no guard lies in the
+// range's ports, so a range has one holder at a time; a host that loses
+// the race counts a conflict and tries another range (hosts start at
+// random places in the pool, so they seldom race).
+//
+// A Host Agent claims before it needs: every DIP holds MinRanges ranges
+// before its first connection, so that no first packet waits for etcd;
+// when the ports in use (distinct ports, from the Host Agent's usage
+// callback: a port serves many connections to different remote
+// endpoints) pass HighWater of a DIP's ports, it claims enough units to
+// be under the mark again. A range without a connection for Idle is
+// returned: withdrawn from the Host Agent first, then, if the usage read
+// after that still shows no connection on it, its claim and guard are
+// deleted (compared on the claim's revision) and it is free at once. A
+// range with a connection is never returned.
+//
+// The guard is what keeps a dead Host Agent's ports from another DIP
+// while its connections' packets may still come back. When its lease
+// ends (the Host Agent died, or was cut off from etcd for a TTL), etcd
+// deletes its claims; its guards stay, naming its host and DIP. The Muxes
+// keep sending those ranges' replies to its host for as long as the
+// guards live. Another host that needs a range and finds such a guard
+// starts its guard time: it puts the guard again, unchanged, under a new
+// lease of Guard = TTL + MaxConnTimeout (the NAT's longest connection
+// timeout) that nobody keeps alive, on condition that the guard is as it
+// read it and no claim lies in its ports; when etcd expires that lease
+// it deletes the guard, and only then is the range free. No clock of
+// ours decides it: the guard time is counted by etcd's leader, the
+// timer that expires the Host Agents' own leases, which the rest of the
+// fleet trusts already; and it starts only after the holder's lease has
+// ended (the claim was gone when the claimer looked), so a connection of
+// the dead holder is at least TTL + MaxConnTimeout older than any
+// claim by another DIP of its port. A leader change only lengthens a
+// lease (etcd renews them all on election), never shortens it.
+//
+// The same host and DIP may take its guarded ranges back at once, cooling
+// or not: its ports go back to the DIP whose connections hold them. That
+// is how a Host Agent that restarts (a new lease) keeps its connections:
+// it takes back every range whose claim (under its old lease, still
+// alive if it came back within a TTL) or guard names it. A Host Agent
+// that stops does not revoke its lease, so a restart within the TTL is
+// not seen by the Muxes at all. A Host Agent cut off from etcd keeps
+// translating with the ranges it had and takes them back when it gets a
+// new lease; a range another DIP got meanwhile (only after a guard time)
+// is withdrawn then.
+//
+// While etcd is away nothing changes: the Host Agent keeps its ranges and
+// claims no more (its DIPs' connections get ports while their ranges
+// have some); the Muxes keep the last allocations.
 //
 // # Scale
 //

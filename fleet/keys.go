@@ -15,7 +15,15 @@ const (
 	RoleHostAgent = "hostagent"
 )
 
-// keys are a fleet's etcd keys under one prefix.
+// keys are a fleet's etcd keys under one prefix. The document's and the
+// status keys are here, the health keys in health.go, the outbound port
+// allocation's in allockeys.go: a range's claim (ports/claims/, under
+// its holder's lease) and its guard (ports/guards/, without a lease while
+// the claim lives, then under a cooling lease of TTL + the longest
+// connection timeout once another host saw the claim gone), so that a
+// dead Host Agent's ports go to no other DIP while its connections'
+// packets may still come back; the package documentation says why that
+// is safe.
 type keys struct{ prefix string }
 
 func newKeys(prefix string) keys {
