@@ -6,17 +6,21 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/xdplb/xdplb/fleet"
+	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/health"
 )
 
 // Fleet connects a node binary to its fleet's etcd: the document comes
-// from there (Source) and the node's status goes there (Run).
+// from there (Source) and the node's status goes there (Run); a Host
+// Agent's DIP health and outbound port ranges go there, and a Mux
+// follows them.
 type Fleet struct {
 	Client *clientv3.Client
 	Source *fleet.Source
@@ -24,8 +28,10 @@ type Fleet struct {
 	name   string
 	log    *slog.Logger
 	rep    *fleet.Reporter
-	pub    *fleet.HealthPublisher // a Host Agent's, when PublishHealth was called
-	hw     *fleet.HealthWatcher   // a Mux's, when WatchHealth was called
+	pub    *fleet.HealthPublisher              // a Host Agent's, when PublishHealth was called
+	hw     *fleet.HealthWatcher                // a Mux's, when WatchHealth was called
+	alloc  atomic.Pointer[fleet.PortAllocator] // a Host Agent's, when AllocatePorts was called
+	aw     *fleet.AllocationWatcher            // a Mux's, when WatchPortAllocations was called
 	prefix string
 
 	mu    sync.Mutex
@@ -51,9 +57,10 @@ func NewFleet(endpoints, prefix, role, name string, log *slog.Logger) (*Fleet, e
 		return nil, fmt.Errorf("etcd %s: %w", endpoints, err)
 	}
 	f := &Fleet{Client: c, role: role, name: name, log: log, state: "starting", prefix: prefix}
-	// The status is written as soon as a document is applied or refused.
+	// The status is written as soon as a document is applied or refused,
+	// and a Host Agent's outbound DIPs follow the document it runs.
 	src, err := fleet.NewSource(fleet.SourceConfig{Client: c, Prefix: prefix, Logger: log,
-		OnOffer: func() { f.rep.Poke() }})
+		OnOffer: func() { f.rep.Poke(); f.setOutboundDIPs() }})
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -113,9 +120,71 @@ func (f *Fleet) WatchHealth(on func(map[string][]health.Verdict) error) error {
 	return nil
 }
 
+// OutboundAgent is what a Host Agent gives its port allocator: the
+// ranges its DIPs hold, and how much of each (and of any range withdrawn
+// that still holds connections) its connections use
+// (fleet.PortAllocatorConfig's OnChange and Usage).
+type OutboundAgent interface {
+	SetOutboundAllocations([]flow.PortAllocation)
+	OutboundUsage(dst []flow.PortRangeUse) []flow.PortRangeUse
+}
+
+// PortAllocationSink is what a Mux gives the allocation watcher: every
+// range the fleet's Host Agents hold, to send the replies on its ports
+// to their hosts (the document's static ranges are the Mux's to add).
+type PortAllocationSink interface {
+	SetPortAllocations([]flow.PortAllocation) error
+}
+
+// AllocatePorts makes Run claim outbound port ranges in etcd for this
+// Host Agent's DIPs in the running document's outbound sections
+// (fleet.PortAllocator under the host's name, fleet.OutboundDIPs) and
+// hand them to agent. maxConnTimeout is the NAT's longest connection
+// timeout (0: fleet's default): a dead host's ranges go to no other DIP
+// before its lease's TTL plus that. Call it before Run.
+func (f *Fleet) AllocatePorts(agent OutboundAgent, maxConnTimeout time.Duration) error {
+	a, err := fleet.NewPortAllocator(fleet.PortAllocatorConfig{Client: f.Client, Prefix: f.prefix, Host: f.name,
+		MaxConnTimeout: maxConnTimeout, Usage: agent.OutboundUsage, OnChange: agent.SetOutboundAllocations, Logger: f.log})
+	if err != nil {
+		return err
+	}
+	f.alloc.Store(a)
+	f.setOutboundDIPs()
+	return nil
+}
+
+// setOutboundDIPs gives the allocator, if any, the DIPs of the running
+// document.
+func (f *Fleet) setOutboundDIPs() {
+	a := f.alloc.Load()
+	if a == nil {
+		return
+	}
+	if doc := f.Source.Document(); doc != nil {
+		a.SetDIPs(fleet.OutboundDIPs(doc, f.name))
+	}
+}
+
+// WatchPortAllocations makes Run follow every Host Agent's port ranges
+// and hand them to mux. Call it before Run.
+func (f *Fleet) WatchPortAllocations(mux PortAllocationSink) error {
+	aw, err := fleet.NewAllocationWatcher(fleet.AllocationWatcherConfig{Client: f.Client, Prefix: f.prefix, Logger: f.log,
+		OnAllocations: func(as []flow.PortAllocation) {
+			if err := mux.SetPortAllocations(as); err != nil {
+				f.log.Error("fleet: port allocations not applied", "err", err)
+			}
+		}})
+	if err != nil {
+		return err
+	}
+	f.aw = aw
+	return nil
+}
+
 // Run reports the node's status until ctx is done (then removes it),
 // marking the data path running once the first document is applied, and
-// publishes or follows DIP health when asked to.
+// publishes or follows DIP health and claims or follows outbound port
+// ranges when asked to.
 func (f *Fleet) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait() // a stopping Host Agent's verdicts are revoked before it exits
@@ -124,6 +193,12 @@ func (f *Fleet) Run(ctx context.Context) error {
 	}
 	if f.hw != nil {
 		wg.Go(func() { f.hw.Run(ctx) })
+	}
+	if a := f.alloc.Load(); a != nil {
+		wg.Go(func() { a.Run(ctx) })
+	}
+	if f.aw != nil {
+		wg.Go(func() { f.aw.Run(ctx) })
 	}
 	go func() {
 		select {

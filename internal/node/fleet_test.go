@@ -1,0 +1,125 @@
+package node
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdplb/xdplb/control"
+	"github.com/xdplb/xdplb/fleet"
+	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/internal/lab/etcdlab"
+)
+
+const outboundDoc = `version: 1
+mux_prefixes: [198.18.1.0/24]
+vips:
+  - name: web
+    address: 198.18.100.1
+    protocol: tcp
+    port: 80
+    vni: 100
+    backends:
+      - {name: vm-a, address: 198.19.1.1, mac: "02:00:00:00:01:01", host: 198.19.0.1}
+hosts:
+  - name: host-1
+    address: 198.19.0.1
+    vms:
+      - {vni: 100, address: 198.19.1.1, mac: "02:00:00:00:01:01", interface: vm-a}
+outbound:
+  - address: 198.18.100.1
+    vni: 100
+    dips: [198.19.1.1]
+    ports: 1024-2047
+    unit: 64
+`
+
+// agent stands for a Host Agent's outbound NAT, mux for a Mux's
+// controller.
+type agent struct {
+	mu     sync.Mutex
+	allocs []flow.PortAllocation
+}
+
+func (a *agent) SetOutboundAllocations(as []flow.PortAllocation) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.allocs = as
+}
+
+func (a *agent) OutboundUsage(dst []flow.PortRangeUse) []flow.PortRangeUse { return dst }
+
+func (a *agent) held() []flow.PortAllocation {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.allocs)
+}
+
+type muxSink struct {
+	mu     sync.Mutex
+	allocs []flow.PortAllocation
+}
+
+func (m *muxSink) SetPortAllocations(as []flow.PortAllocation) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.allocs = as
+	return nil
+}
+
+func (m *muxSink) seen() []flow.PortAllocation {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.allocs)
+}
+
+// TestFleetPortAllocation: a Host Agent's Fleet claims a range for its
+// outbound DIP once the document that lists it is applied, and hands it
+// to the agent; a Mux's Fleet hands the same range to its controller.
+func TestFleetPortAllocation(t *testing.T) {
+	c := etcdlab.NewCluster(t.TempDir(), 1)
+	e, err := c.Start(0, 30*time.Second)
+	require.NoError(t, err)
+	t.Cleanup(e.Close) // after the nodes' (cleanups run last first)
+	ep := c.Endpoints()[0]
+	cli, err := etcdlab.Client(c.Endpoints())
+	require.NoError(t, err)
+	t.Cleanup(func() { cli.Close() })
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	run := func(f *Fleet) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() { f.Source.Run(ctx, func(*control.Document) error { return nil }) })
+		wg.Go(func() { f.Run(ctx) })
+		t.Cleanup(func() { cancel(); wg.Wait(); f.Close() })
+	}
+	ha, err := NewFleet(ep, "", fleet.RoleHostAgent, "host-1", log)
+	require.NoError(t, err)
+	ag := &agent{}
+	require.NoError(t, ha.AllocatePorts(ag, time.Minute))
+	run(ha)
+	mx, err := NewFleet(ep, "", fleet.RoleMux, "mux-1", log)
+	require.NoError(t, err)
+	ms := &muxSink{}
+	require.NoError(t, mx.WatchPortAllocations(ms))
+	run(mx)
+
+	doc, err := control.Parse([]byte(outboundDoc))
+	require.NoError(t, err)
+	_, err = fleet.Apply(context.Background(), cli, "", []byte(outboundDoc), doc, "test")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(ag.held()) == 1 }, 30*time.Second, 20*time.Millisecond)
+	a := ag.held()[0]
+	assert.Equal(t, flow.PortOwner{DIP: netip.MustParseAddr("198.19.1.1"), Host: netip.MustParseAddr("198.19.0.1"), VNI: 100,
+		MAC: [6]byte{2, 0, 0, 0, 1, 1}}, a.Owner)
+	require.Eventually(t, func() bool { return slices.Equal(ms.seen(), ag.held()) }, 30*time.Second, 20*time.Millisecond)
+}
