@@ -78,7 +78,8 @@ type PortAllocatorCounters struct {
 	// another range.
 	Conflicts uint64
 	// Exhausted counts claims a DIP needed that found no free range in
-	// the pool (every unit claimed, static or guarded).
+	// the pool (every unit claimed, static or guarded): once per attempt,
+	// every Interval while the pool stays full.
 	Exhausted uint64
 	// Cooling counts ranges whose holder's lease was found gone and whose
 	// guard this allocator started cooling.

@@ -165,6 +165,16 @@ func (f *Fleet) setOutboundDIPs() {
 	}
 }
 
+// AllocationCounters returns what the Host Agent's port allocator has
+// done (claims, returns, conflicts, exhaustion), and false when
+// AllocatePorts was not called.
+func (f *Fleet) AllocationCounters() (fleet.PortAllocatorCounters, bool) {
+	if a := f.alloc.Load(); a != nil {
+		return a.Counters(), true
+	}
+	return fleet.PortAllocatorCounters{}, false
+}
+
 // WatchPortAllocations makes Run follow every Host Agent's port ranges
 // and hand them to mux. Call it before Run.
 func (f *Fleet) WatchPortAllocations(mux PortAllocationSink) error {

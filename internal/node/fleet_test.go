@@ -122,4 +122,9 @@ func TestFleetPortAllocation(t *testing.T) {
 	assert.Equal(t, flow.PortOwner{DIP: netip.MustParseAddr("198.19.1.1"), Host: netip.MustParseAddr("198.19.0.1"), VNI: 100,
 		MAC: [6]byte{2, 0, 0, 0, 1, 1}}, a.Owner)
 	require.Eventually(t, func() bool { return slices.Equal(ms.seen(), ag.held()) }, 30*time.Second, 20*time.Millisecond)
+	cs, ok := ha.AllocationCounters()
+	assert.True(t, ok)
+	assert.Equal(t, uint64(1), cs.Claims)
+	_, ok = mx.AllocationCounters()
+	assert.False(t, ok)
 }
