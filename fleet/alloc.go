@@ -278,10 +278,11 @@ func (a *PortAllocator) step(ctx context.Context, lease clientv3.LeaseID) error 
 	defer a.report()
 	for _, d := range dips {
 		if k := keyOfDIP(d); !a.adopted[k] {
-			if err := a.adopt(ctx, lease, d); err != nil {
+			done, err := a.adopt(ctx, lease, d)
+			if err != nil {
 				return err
 			}
-			a.adopted[k] = true
+			a.adopted[k] = done
 		}
 	}
 	// Ranges under a lost lease whose DIP is no longer wanted are not
@@ -301,6 +302,9 @@ func (a *PortAllocator) step(ctx context.Context, lease clientv3.LeaseID) error 
 	var idle []*held
 	for _, d := range dips {
 		k := keyOfDIP(d)
+		if !a.adopted[k] {
+			continue // its own ranges first: the next step tries again
+		}
 		mine := a.rangesOf(k)
 		total, used := 0, 0
 		for _, h := range mine {
@@ -462,14 +466,17 @@ func (a *PortAllocator) put(ctx context.Context, lease clientv3.LeaseID, d Outbo
 // adopt takes back, under lease, every range whose claim or guard names
 // this host and d (a restart: the claims of the old lease may still
 // live, or be gone with their guards left), and drops held ranges of d
-// that are someone else's now.
-func (a *PortAllocator) adopt(ctx context.Context, lease clientv3.LeaseID, d OutboundDIP) error {
+// that are someone else's now. It is not done (false) when a take lost a
+// race (another host started a guard's cooling meanwhile): the next
+// step reads again and retries.
+func (a *PortAllocator) adopt(ctx context.Context, lease clientv3.LeaseID, d OutboundDIP) (bool, error) {
 	k := keyOfDIP(d)
 	st, err := a.read(ctx, d.VIP)
 	if err != nil {
-		return err
+		return false, err
 	}
 	found := map[uint16]bool{}
+	raced := false
 	take := func(first uint16, c recordKV, cond ...clientv3.Cmp) error {
 		rev, ok, err := a.put(ctx, lease, d, first, c.Last, cond...)
 		switch {
@@ -477,6 +484,7 @@ func (a *PortAllocator) adopt(ctx context.Context, lease clientv3.LeaseID, d Out
 			return err
 		case !ok:
 			a.conflicts.Add(1)
+			raced = true
 			return nil
 		}
 		found[first] = true
@@ -498,7 +506,7 @@ func (a *PortAllocator) adopt(ctx context.Context, lease clientv3.LeaseID, d Out
 			continue
 		}
 		if err := take(first, c, clientv3.Compare(clientv3.ModRevision(a.k.portClaim(d.VIP, first)), "=", c.mod)); err != nil {
-			return err
+			return false, err
 		}
 	}
 	for first, g := range st.guards {
@@ -510,8 +518,11 @@ func (a *PortAllocator) adopt(ctx context.Context, lease clientv3.LeaseID, d Out
 		err := take(first, g, clientv3.Compare(clientv3.ModRevision(a.k.portGuard(d.VIP, first)), "=", g.mod),
 			noKeys(a.k.portClaimsOf(d.VIP), first, g.Last))
 		if err != nil {
-			return err
+			return false, err
 		}
+	}
+	if raced {
+		return false, nil
 	}
 	for id, h := range a.held {
 		if h.dip == k && !found[id.first] {
@@ -519,7 +530,7 @@ func (a *PortAllocator) adopt(ctx context.Context, lease clientv3.LeaseID, d Out
 			delete(a.held, id)
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // claim claims one free range of d's pool; false when there is none.

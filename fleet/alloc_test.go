@@ -2,10 +2,12 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -497,4 +499,89 @@ outbound:
 	assert.Equal(t, uint16(256), ds[0].Unit)
 	assert.Len(t, OutboundDIPs(doc, "host-2"), 1)
 	assert.Empty(t, OutboundDIPs(doc, "host-3"))
+}
+
+// hookKV is etcd's KV that runs hook before every transaction that
+// writes, as if another host's transaction had landed between this one's
+// read and its write.
+type hookKV struct {
+	clientv3.KV
+	hook func()
+}
+
+func (h *hookKV) Txn(ctx context.Context) clientv3.Txn { return &hookTxn{Txn: h.KV.Txn(ctx), h: h} }
+
+type hookTxn struct {
+	clientv3.Txn
+	h      *hookKV
+	writes bool
+}
+
+func (t *hookTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+
+func (t *hookTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	for _, op := range ops {
+		t.writes = t.writes || op.IsPut()
+	}
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *hookTxn) Commit() (*clientv3.TxnResponse, error) {
+	if t.writes {
+		t.h.hook()
+	}
+	return t.Txn.Commit()
+}
+
+// TestAllocatorRestartRacesCooling: a restarted Host Agent whose taking
+// back of a range loses the race against another host starting the
+// range's guard time (the guard changed between its read and its write)
+// reads again and takes it back: it does not drop the range, nor claim
+// new ones instead.
+func TestAllocatorRestartRacesCooling(t *testing.T) {
+	e := startEtcd(t)
+	k := newKeys("")
+	ctx := context.Background()
+	dipA := outDIP(1, 1, 4)
+	a := runHost(t, e, "host-a", PortAllocatorConfig{}, dipA)
+	eventually(t, "host-a's range", func() bool { return len(a.nat.held()) == 1 })
+	first := a.nat.held()[0].First
+	a.stop()
+	_, err := e.client.Revoke(ctx, clientv3.LeaseID(claimsIn(t, e, k.portClaims())[first].lease))
+	require.NoError(t, err)
+
+	// host-a restarts; its first write is preceded by another host's
+	// cooling of the guard it has just read.
+	c, err := etcdlab.Client(e.cluster.Endpoints())
+	require.NoError(t, err)
+	defer c.Close()
+	cool := func() {
+		g := claimsIn(t, e, k.portGuards())[first]
+		l, err := e.client.Grant(ctx, 3600)
+		require.NoError(t, err)
+		b, _ := json.Marshal(g.PortClaim)
+		_, err = e.client.Put(ctx, k.portGuard(outVIP, first), string(b), clientv3.WithLease(l.ID))
+		require.NoError(t, err)
+	}
+	var hooked atomic.Bool
+	rc := &clientv3.Client{KV: &hookKV{KV: c.KV, hook: func() {
+		if hooked.CompareAndSwap(false, true) {
+			cool()
+		}
+	}}, Lease: c.Lease, Watcher: c.Watcher}
+	nat := newFakeNAT()
+	a2, err := NewPortAllocator(PortAllocatorConfig{Client: rc, Host: "host-a", TTL: 5 * time.Second, Interval: 20 * time.Millisecond,
+		Usage: nat.usage, OnChange: nat.onChange})
+	require.NoError(t, err)
+	a2.SetDIPs([]OutboundDIP{dipA})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { a2.Run(rctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, "host-a's range back", func() bool { return len(nat.held()) == 1 })
+	assert.True(t, hooked.Load(), "the race happened")
+	assert.Equal(t, first, nat.held()[0].First, "its own range, not a new one")
+	assert.Equal(t, uint64(1), a2.Counters().Conflicts)
+	assert.Zero(t, a2.Counters().Claims)
 }
