@@ -97,6 +97,14 @@
 // new lease; a range another DIP got meanwhile (only after a guard time)
 // is withdrawn then.
 //
+// A VIP's unit should not change under running claims: ranges of the
+// old size stay until returned, and while every claimer's read leaves
+// their ports out, the create-only compare covers only keys that start
+// within the new range's ports, so a Host Agent still on the old
+// document claiming a larger range at the same moment could overlap.
+// Change the unit together with the pool's ports, or drain the claims
+// first.
+//
 // While etcd is away nothing changes: the Host Agent keeps its ranges and
 // claims no more (its DIPs' connections get ports while their ranges
 // have some); the Muxes keep the last allocations.
