@@ -71,6 +71,9 @@ type accountHalf struct {
 	slots  []accountSlot       // indexed by backend ID
 	vips   []flow.VIP          // slot.vip-1 → VIP
 	vipIdx map[flow.VIP]uint32 // VIP → index+1 in vips
+	// returns counts the replies to outbound connections (Returns), by
+	// their address's counter index.
+	returns []Counts
 }
 
 // accountSlot is one backend ID's counters, two to a cache line. vip is the
@@ -115,6 +118,12 @@ func (a *Account) Process(b *engine.Batch) {
 			continue
 		}
 		id := r.Backends[p.Backend].ID
+		if id == flow.ReservedID {
+			// A reply to an outbound connection (Returns): counted by
+			// its address, whose counter index the rule's ID is.
+			h.countReturn(r.ID, a.packetLen(p))
+			continue
+		}
 		if id >= uint32(len(h.slots)) {
 			h.grow(id)
 		}
@@ -122,18 +131,33 @@ func (a *Account) Process(b *engine.Batch) {
 		if s.vip == 0 {
 			h.bind(s, r)
 		}
-		var n int
-		if a.cfg.Encapsulated {
-			n = tunnelledLen(p.Data())
-		} else {
-			n = parsedLen(p)
-		}
 		s.packets++
-		s.bytes += uint64(n)
+		s.bytes += uint64(a.packetLen(p))
 		if p.Flags&engine.FlagNewFlow != 0 {
 			s.newFlows++
 		}
 	}
+}
+
+// packetLen is the length of the client's IP packet p carries.
+func (a *Account) packetLen(p *engine.Packet) int {
+	if a.cfg.Encapsulated {
+		return tunnelledLen(p.Data())
+	}
+	return parsedLen(p)
+}
+
+// countReturn counts a returning packet of n bytes under counter index
+// i; the counters grow (off the steady state) to hold i.
+func (h *accountHalf) countReturn(i uint32, n int) {
+	if i >= uint32(len(h.returns)) {
+		next := make([]Counts, max(2*len(h.returns), int(i)+1, 8))
+		copy(next, h.returns)
+		h.returns = next
+	}
+	c := &h.returns[i]
+	c.Packets++
+	c.Bytes += uint64(n)
 }
 
 // lock locks a half without waiting. A reader holds at most one half at a
@@ -247,8 +271,9 @@ func (c *Counts) add(c2 Counts) {
 // AccountStats is a point-in-time sum of Accounts' counters, per backend ID
 // and per VIP. Build it with SumAccounts.
 type AccountStats struct {
-	byID  []Counts // indexed by backend ID
-	byVIP map[flow.VIP]Counts
+	byID    []Counts // indexed by backend ID
+	byVIP   map[flow.VIP]Counts
+	returns []Counts // by counter index (Returns)
 }
 
 // SumAccounts sums the counters of accts, typically one Account per
@@ -276,6 +301,12 @@ func SumAccounts(accts ...*Account) AccountStats {
 				st.byID[id].add(c)
 				perVIP[s.vip-1].add(c)
 			}
+			if len(h.returns) > len(st.returns) {
+				st.returns = append(st.returns, make([]Counts, len(h.returns)-len(st.returns))...)
+			}
+			for i, c := range h.returns {
+				st.returns[i].add(c)
+			}
 			for v, c := range perVIP {
 				vc := st.byVIP[h.vips[v]]
 				vc.add(c)
@@ -293,6 +324,17 @@ func SumAccounts(accts ...*Account) AccountStats {
 func (s *AccountStats) Backend(id uint32) Counts {
 	if uint64(id) < uint64(len(s.byID)) {
 		return s.byID[id]
+	}
+	return Counts{}
+}
+
+// Returns returns the counts of the replies to outbound connections
+// counted under index i: an address's returning traffic, by the index
+// its range table gave it (ReturnsConfig.Counter). NewFlows stays 0
+// (replies place no flow).
+func (s *AccountStats) Returns(i uint32) Counts {
+	if uint64(i) < uint64(len(s.returns)) {
+		return s.returns[i]
 	}
 	return Counts{}
 }

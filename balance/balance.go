@@ -376,9 +376,14 @@ func (s *Stage) Process(b *engine.Batch) {
 	snap := b.Rules(s.cfg.Rules)
 	pkts := b.Packets()
 	ct := s.cfg.Conns
+	var ret batchReturns // the range table, loaded at the first packet without a rule
 	if ct == nil {
 		for _, p := range pkts {
-			if r := s.stateless(snap, p); r != 0 {
+			r := s.stateless(snap, p)
+			if r == engine.DropNoRule {
+				r = s.returning(&ret, b, p) // a reply to an outbound connection: to its owner
+			}
+			if r != 0 {
 				b.Drop(p, r)
 			}
 		}
@@ -394,9 +399,15 @@ func (s *Stage) Process(b *engine.Batch) {
 	var live uint64
 	for i, p := range pkts {
 		r, reason := s.rule(snap, p)
+		if reason == engine.DropNoRule {
+			reason = s.returning(&ret, b, p) // a reply to an outbound connection: to its owner, not balanced
+		}
 		if reason != 0 {
 			b.Drop(p, reason)
 			continue
+		}
+		if r == nil {
+			continue // placed by returning
 		}
 		p.Rule = r
 		p.Hash = s.cfg.Hasher.Hash(&p.Key, r.Mode)

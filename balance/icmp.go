@@ -83,6 +83,7 @@ func NewICMP(cfg ICMPConfig) (*ICMP, error) {
 // Process implements engine.Stage.
 func (s *ICMP) Process(b *engine.Batch) {
 	var snap *flow.Snapshot
+	var ret batchReturns
 	for _, p := range b.Packets() {
 		if p.Flags&engine.FlagL4 == 0 {
 			continue
@@ -93,11 +94,11 @@ func (s *ICMP) Process(b *engine.Batch) {
 		if snap == nil {
 			snap = b.Rules(s.cfg.Rules)
 		}
-		s.handle(b, snap, p)
+		s.handle(b, snap, &ret, p)
 	}
 }
 
-func (s *ICMP) handle(b *engine.Batch, snap *flow.Snapshot, p *engine.Packet) {
+func (s *ICMP) handle(b *engine.Batch, snap *flow.Snapshot, ret *batchReturns, p *engine.Packet) {
 	l4 := p.L4Segment()
 	if len(l4) < header.ICMPv4MinSize { // the same 8 bytes for ICMPv6
 		return
@@ -119,6 +120,10 @@ func (s *ICMP) handle(b *engine.Batch, snap *flow.Snapshot, p *engine.Packet) {
 		}
 		echoReply(p, v4)
 		b.Emit(p)
+	case v4 && typ == header.ICMPv4EchoReply, !v4 && typ == header.ICMPv6EchoReply:
+		// The reply to a VM's ping, source-NATed with its identifier as
+		// the port: the balancing stage finds its owner by it.
+		echoReplyID(p, l4)
 	case v4 && (typ == header.ICMPv4DestUnreachable || typ == header.ICMPv4TimeExceeded),
 		!v4 && (typ == header.ICMPv6DestUnreachable || typ == header.ICMPv6PacketTooBig || typ == header.ICMPv6TimeExceeded):
 		var k flow.Key
@@ -126,7 +131,17 @@ func (s *ICMP) handle(b *engine.Batch, snap *flow.Snapshot, p *engine.Packet) {
 			return
 		}
 		if snap.Lookup(&k) == nil {
-			return
+			// No VIP flow: an error about an outbound connection of a VM
+			// quotes VIP:port of the address's pool (or the identifier of
+			// a ping) and goes to the port's owner (Returns).
+			if k.Proto == flow.ProtoICMP || k.Proto == flow.ProtoICMPv6 {
+				if id, ok := quotedEchoID(l4[header.ICMPv4MinSize:], v4); ok {
+					k.DstPort = id
+				}
+			}
+			if !ret.get(b).inPool(&k) {
+				return
+			}
 		}
 		p.Key = k
 		p.Flags |= engine.FlagICMPError

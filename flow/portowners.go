@@ -168,9 +168,38 @@ func (t *PortOwners) LookupAddr(vip netip.Addr, port uint16) (PortOwner, bool) {
 	return t.lookup(keyOf(vip), port)
 }
 
-func (t *PortOwners) lookup(addr addrKey, port uint16) (PortOwner, bool) {
+// LookupIndex is Lookup returning where the owner is in the table: the
+// index i (0 ≤ i < Len) of the allocation holding k's destination port,
+// whose owner Owner(i) returns, or -1. A caller that keeps something per
+// allocation (the Mux: where to send the allocation's replies) indexes it
+// by i. It allocates nothing.
+func (t *PortOwners) LookupIndex(k *Key) int {
+	return t.index(keyOf16(&k.Dst, k.Family), k.DstPort)
+}
+
+// Len is the number of allocations in the table.
+func (t *PortOwners) Len() int {
 	if t == nil {
+		return 0
+	}
+	return len(t.owners)
+}
+
+// Owner returns the owner of allocation i (0 ≤ i < Len): the table's
+// allocations are ordered by address, then by port.
+func (t *PortOwners) Owner(i int) PortOwner { return t.owners[i] }
+
+func (t *PortOwners) lookup(addr addrKey, port uint16) (PortOwner, bool) {
+	i := t.index(addr, port)
+	if i < 0 {
 		return PortOwner{}, false
+	}
+	return t.owners[i], true
+}
+
+func (t *PortOwners) index(addr addrKey, port uint16) int {
+	if t == nil {
+		return -1
 	}
 	// Binary search: the address list is short and sorted.
 	lo, hi := 0, len(t.addrs)
@@ -183,12 +212,8 @@ func (t *PortOwners) lookup(addr addrKey, port uint16) (PortOwner, bool) {
 		}
 	}
 	if lo == len(t.addrs) || t.addrs[lo] != addr {
-		return PortOwner{}, false
+		return -1
 	}
 	tab := &t.tables[lo]
-	i := tab.block[port>>tab.shift]
-	if i == 0 {
-		return PortOwner{}, false
-	}
-	return t.owners[i-1], true
+	return int(tab.block[port>>tab.shift]) - 1
 }

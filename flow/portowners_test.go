@@ -61,6 +61,9 @@ func TestPortOwners(t *testing.T) {
 	var none *PortOwners
 	_, ok := none.LookupAddr(vip, 1024)
 	assert.False(t, ok)
+	k := KeyFrom(0, ProtoTCP, netip.MustParseAddrPort("198.51.100.1:80"), netip.AddrPortFrom(vip, 1024))
+	assert.Equal(t, -1, none.LookupIndex(&k))
+	assert.Zero(t, none.Len())
 }
 
 // TestPortOwnersAgainstModel: random non-overlapping allocations of
@@ -91,6 +94,13 @@ func TestPortOwnersAgainstModel(t *testing.T) {
 			if ok != (want != 0) || got.VNI != want {
 				t.Fatalf("round %d port %d: got %v %v, want %d", round, port, got, ok, want)
 			}
+			// LookupIndex names the same allocation, in the table's
+			// order (by port within an address).
+			k := KeyFrom(0, ProtoUDP, netip.MustParseAddrPort("198.51.100.1:53"), netip.AddrPortFrom(vip, uint16(port)))
+			switch i := tab.LookupIndex(&k); {
+			case want == 0 && i != -1, want != 0 && (i < 0 || i >= tab.Len() || tab.Owner(i).VNI != want):
+				t.Fatalf("round %d port %d: LookupIndex %d, want the allocation of owner %d", round, port, i, want)
+			}
 		}
 	}
 }
@@ -100,6 +110,7 @@ func TestPortOwnersNoAllocs(t *testing.T) {
 	require.NoError(t, err)
 	k := KeyFrom(0, ProtoTCP, netip.MustParseAddrPort("198.51.100.1:80"), netip.MustParseAddrPort("198.18.100.1:1500"))
 	assert.Zero(t, testing.AllocsPerRun(100, func() { tab.Lookup(&k) }))
+	assert.Zero(t, testing.AllocsPerRun(100, func() { tab.LookupIndex(&k) }))
 }
 
 func BenchmarkPortOwners(b *testing.B) {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/xdplb/xdplb/balance"
 	"github.com/xdplb/xdplb/bgp"
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/engine"
@@ -88,6 +89,15 @@ type Controller struct {
 	ext      *extHealth
 	reports  map[string]map[health.VerdictKey]bool
 	probes   []health.Target
+
+	// Outbound (outbound.go): the dynamic allocations as last given to
+	// SetPortAllocations, the running range table (published with the
+	// rules), and the counter index of every outbound address run so far.
+	dynamic  []flow.PortAllocation
+	returns  *balance.Returns
+	outIndex map[netip.Addr]uint32
+	// refused counts the allocations refused (xdplb_outbound_allocations_refused_total).
+	refused atomic.Uint64
 }
 
 // ControllerConfig wires a Controller.
@@ -176,6 +186,10 @@ func (c *Controller) Apply(doc *control.Document) error {
 	if err != nil {
 		return fmt.Errorf("mux: version %d: %w", doc.Version, err)
 	}
+	returns, refusals := c.buildReturns(plan, c.dynamic)
+	if returns == nil {
+		return fmt.Errorf("mux: version %d: outbound: %w", doc.Version, errors.Join(refusals...))
+	}
 	sources := c.sources
 	if c.sourcePrefixes != nil {
 		if sources, err = c.sourcePrefixes(doc); err != nil {
@@ -195,11 +209,13 @@ func (c *Controller) Apply(doc *control.Document) error {
 		}
 	}
 	diff := c.plan.Diff(plan)
-	c.sources = sources
+	c.sources, c.returns = sources, returns
+	c.logRefusals(doc.Version, refusals)
 	c.publish(snap, doc)
 	c.plan, c.ext, c.probes = plan, ext, probes
 	c.log.Info("mux: applied configuration", "version", doc.Version, "vips", len(doc.VIPs),
-		"added", len(diff.AddedVIPs), "removed", len(diff.RemovedVIPs), "changed", len(diff.ChangedVIPs), "tables", len(diff.Tables))
+		"added", len(diff.AddedVIPs), "removed", len(diff.RemovedVIPs), "changed", len(diff.ChangedVIPs), "tables", len(diff.Tables),
+		"outbound", len(plan.Outbound), "allocations", returns.Len())
 	return c.syncAnnouncements()
 }
 
@@ -379,7 +395,9 @@ func (c *Controller) healthOf(doc *control.Document, ext *extHealth) func(vip, b
 }
 
 // syncAnnouncements announces the VIPs that have a backend able to take
-// new flows. Called with c.mu held.
+// new flows, and every outbound address (its replies must reach the
+// Muxes whatever the health of its inbound backends). Called with c.mu
+// held.
 func (c *Controller) syncAnnouncements() error {
 	if c.announce == nil || c.doc == nil {
 		return nil
@@ -389,6 +407,13 @@ func (c *Controller) syncAnnouncements() error {
 		for p, n := range c.servable {
 			if n > 0 {
 				want = append(want, p)
+			}
+		}
+		if c.plan != nil {
+			for i := range c.plan.Outbound {
+				if p := bgp.HostPrefix(c.plan.Outbound[i].Address); !slices.Contains(want, p) {
+					want = append(want, p)
+				}
 			}
 		}
 		slices.SortFunc(want, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
@@ -455,21 +480,34 @@ func targets(doc *control.Document) []health.Target {
 
 // steerConfig is the steering program's view of doc: every VIP, by
 // address, protocol and port (0: all ports), and ICMP to every VIP address
-// (echo requests the Mux answers, errors it forwards to the flow's DIP).
+// (echo requests the Mux answers, errors it forwards to the flow's DIP);
+// then every port of TCP and UDP to the address of each outbound section
+// (the replies to source-NATed connections, whose ports the program
+// cannot tell from others: the data path drops the ports of no VIP and
+// no allocation), and its ICMP (echo replies, errors about outbound
+// connections).
 func steerConfig(doc *control.Document) steer.Config {
 	var cfg steer.Config
 	icmp := map[netip.Addr]bool{}
+	addICMP := func(a netip.Addr) {
+		if !icmp[a] {
+			icmp[a] = true
+			proto := uint8(flow.ProtoICMP)
+			if a.Is6() {
+				proto = flow.ProtoICMPv6
+			}
+			cfg.Dst = append(cfg.Dst, steer.DstRule{Addr: a, Proto: proto})
+		}
+	}
 	for i := range doc.VIPs {
 		v := &doc.VIPs[i]
 		cfg.Dst = append(cfg.Dst, steer.DstRule{Addr: v.Address, Proto: v.Protocol, Port: v.Port})
-		if !icmp[v.Address] {
-			icmp[v.Address] = true
-			proto := uint8(flow.ProtoICMP)
-			if v.Address.Is6() {
-				proto = flow.ProtoICMPv6
-			}
-			cfg.Dst = append(cfg.Dst, steer.DstRule{Addr: v.Address, Proto: proto})
-		}
+		addICMP(v.Address)
+	}
+	for i := range doc.Outbound {
+		a := doc.Outbound[i].Address
+		cfg.Dst = append(cfg.Dst, steer.DstRule{Addr: a, Proto: flow.ProtoTCP}, steer.DstRule{Addr: a, Proto: flow.ProtoUDP})
+		addICMP(a)
 	}
 	return cfg
 }
@@ -480,7 +518,18 @@ func steerConfig(doc *control.Document) steer.Config {
 // with them (flow.Snapshot.VIPAddrVNI).
 type muxSnapshot struct {
 	rules   *flow.Snapshot
-	sources *guard.Prefixes // the source filter's set (guard.PrefixSource)
+	sources *guard.Prefixes  // the source filter's set (guard.PrefixSource)
+	returns *balance.Returns // the range table of outbound allocations (balance.ReturnSource)
+}
+
+var _ balance.ReturnSource = (*muxSnapshot)(nil)
+
+// Returns implements balance.ReturnSource.
+func (s *muxSnapshot) Returns() *balance.Returns {
+	if s == nil {
+		return nil
+	}
+	return s.returns
 }
 
 // SourcePrefixes implements guard.PrefixSource.
@@ -505,7 +554,7 @@ func (s *muxSnapshot) RuleSnapshot() *flow.Snapshot {
 // snapshot. Called with c.mu held.
 func (c *Controller) store(snap *flow.Snapshot) {
 	c.rules.Store(snap)
-	c.snapshot.Store(&muxSnapshot{rules: snap, sources: c.sources})
+	c.snapshot.Store(&muxSnapshot{rules: snap, sources: c.sources, returns: c.returns})
 }
 
 // Snapshot returns the data path's current snapshot, for

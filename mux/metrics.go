@@ -40,12 +40,19 @@ var (
 	descBackPackets = prometheus.NewDesc("xdplb_backend_packets_total", "Packets forwarded to a backend.", []string{"vip", "backend"}, nil)
 	descBackBytes   = prometheus.NewDesc("xdplb_backend_bytes_total", "Bytes of the client IP packets forwarded to a backend (without Ethernet or VXLAN headers).", []string{"vip", "backend"}, nil)
 	descBackFlows   = prometheus.NewDesc("xdplb_backend_new_flows_total", "Flows placed on a backend (connection-table misses).", []string{"vip", "backend"}, nil)
+
+	// Returning traffic of outbound connections (balance.Returns).
+	descReturnPackets = prometheus.NewDesc("xdplb_vip_return_packets_total", "Packets returning to a VIP address's source-NATed outbound connections, sent to the hosts of the ports' owners.", []string{"address"}, nil)
+	descReturnBytes   = prometheus.NewDesc("xdplb_vip_return_bytes_total", "Bytes of the IP packets returning to a VIP address's outbound connections (without Ethernet or VXLAN headers).", []string{"address"}, nil)
+	descAllocations   = prometheus.NewDesc("xdplb_outbound_allocations", "Outbound port allocations in the range table (static and dynamic).", nil, nil)
+	descAllocRefused  = prometheus.NewDesc("xdplb_outbound_allocations_refused_total", "Dynamic outbound allocations refused (no outbound section, outside the pool, an inbound port, overlapping).", nil, nil)
 )
 
 func (c muxCollector) Describe(ch chan<- *prometheus.Desc) {
 	nodemetrics.Describe(ch)
 	for _, d := range []*prometheus.Desc{descConns, descConnCap, descConnEv, descConnClass, descVIPConn, descSkew, descBackends, descProbes,
-		descProbeUp, descAnnounced, descUp, descVIPPackets, descVIPBytes, descVIPFlows, descBackPackets, descBackBytes, descBackFlows} {
+		descProbeUp, descAnnounced, descUp, descVIPPackets, descVIPBytes, descVIPFlows, descBackPackets, descBackBytes, descBackFlows,
+		descReturnPackets, descReturnBytes, descAllocations, descAllocRefused} {
 		ch <- d
 	}
 }
@@ -133,6 +140,14 @@ func (c muxCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(descBackFlows, bc.NewFlows, r.Name, b.Name)
 		}
 	}
+
+	for a, i := range m.ctl.outboundIndexes() {
+		rc := traffic.Returns(i)
+		counter(descReturnPackets, rc.Packets, a.String())
+		counter(descReturnBytes, rc.Bytes, a.String())
+	}
+	gauge(descAllocations, float64(m.ctl.Snapshot().(*muxSnapshot).Returns().Len()))
+	counter(descAllocRefused, m.ctl.refused.Load())
 
 	for key, hs := range m.checker.Snapshot() {
 		counter(descProbes, hs.Probes-hs.Failures, key, "ok")

@@ -404,7 +404,7 @@ func filterPrefixes(doc *control.Document) []netip.Prefix {
 }
 
 // prefetch has the resolver find the next hop towards every backend host
-// of doc in the background, so that the first packets to a host are not
+// of doc (and every host of an outbound section's DIPs) in the background, so that the first packets to a host are not
 // dropped (nexthop_unresolved) while it resolves. Called with m.mu held.
 func (m *Mux) prefetch(ctx context.Context, doc *control.Document) {
 	r := m.resolver
@@ -413,11 +413,21 @@ func (m *Mux) prefetch(ctx context.Context, doc *control.Document) {
 	}
 	seen := map[netip.Addr]bool{}
 	var hosts []netip.Addr
+	add := func(h netip.Addr) {
+		if !seen[h] {
+			seen[h] = true
+			hosts = append(hosts, h)
+		}
+	}
 	for i := range doc.VIPs {
 		for j := range doc.VIPs[i].Backends {
-			if h := doc.VIPs[i].Backends[j].Host; !seen[h] {
-				seen[h] = true
-				hosts = append(hosts, h)
+			add(doc.VIPs[i].Backends[j].Host)
+		}
+	}
+	if plan := m.ctl.Plan(); plan != nil {
+		for i := range plan.Outbound {
+			for _, o := range plan.Outbound[i].Owners { // the hosts replies to outbound connections go to
+				add(o.Host)
 			}
 		}
 	}

@@ -2,6 +2,8 @@ package mux
 
 import (
 	"fmt"
+	"maps"
+	"net"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -53,6 +55,30 @@ type Plan struct {
 	// Sources are the prefixes the source filter refuses traffic from:
 	// infra_prefixes and mux_prefixes.
 	Sources []netip.Prefix
+	// Outbound are the document's outbound sections, in document order:
+	// the addresses whose replies to source-NATed connections the Mux
+	// sends to the owners of their ports (balance.Returns).
+	Outbound []OutboundPlan
+}
+
+// OutboundPlan is one outbound section as a Mux runs it.
+type OutboundPlan struct {
+	// Address is the VIP address VMs use as their source.
+	Address netip.Addr
+	// VNI is the section's tenant: every owner's.
+	VNI uint32
+	// Pool is where allocations come from; a packet to a pool port no
+	// allocation holds is dropped (outbound_unallocated).
+	Pool []control.PortRange
+	// Inbound are the address's inbound ports (its VIPs', every
+	// protocol), sorted: no allocation may hold one.
+	Inbound []uint16
+	// Owners are the section's DIPs, each with its host, VNI and MAC
+	// from hosts[]: what a dynamic allocation naming only a DIP is
+	// completed with (Controller.SetPortAllocations).
+	Owners map[netip.Addr]flow.PortOwner
+	// Static are the document's allocations, their owners completed.
+	Static []flow.PortAllocation
 }
 
 // NewPlan returns the plan of doc for the Mux named node ("" for a
@@ -82,7 +108,53 @@ func NewPlan(doc *control.Document, node string) (*Plan, error) {
 	}
 	slices.SortFunc(p.Announce, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	p.Sources = append(slices.Clone(doc.InfraPrefixes), doc.MuxPrefixes...)
+	if p.Outbound, err = outboundPlans(doc); err != nil {
+		return nil, err
+	}
 	return p, nil
+}
+
+// outboundPlans completes doc's outbound sections with the owners'
+// hosts, VNIs and MACs from hosts[] (the document checks that every DIP
+// of a section is a VM of its VNI there).
+func outboundPlans(doc *control.Document) ([]OutboundPlan, error) {
+	if len(doc.Outbound) == 0 {
+		return nil, nil
+	}
+	type vm struct {
+		vni  uint32
+		addr netip.Addr
+	}
+	sites := map[vm]flow.PortOwner{}
+	for i := range doc.Hosts {
+		h := &doc.Hosts[i]
+		for _, v := range h.VMs {
+			sites[vm{v.VNI, v.Address}] = flow.PortOwner{DIP: v.Address, Host: h.Address, VNI: v.VNI, MAC: v.MAC}
+		}
+	}
+	out := make([]OutboundPlan, 0, len(doc.Outbound))
+	for i := range doc.Outbound {
+		ob := &doc.Outbound[i]
+		op := OutboundPlan{Address: ob.Address, VNI: ob.VNI, Pool: ob.Pool, Owners: map[netip.Addr]flow.PortOwner{}}
+		for j := range doc.VIPs {
+			if v := &doc.VIPs[j]; v.Address == ob.Address && !slices.Contains(op.Inbound, v.Port) {
+				op.Inbound = append(op.Inbound, v.Port)
+			}
+		}
+		slices.Sort(op.Inbound)
+		for _, d := range ob.DIPs {
+			o, ok := sites[vm{ob.VNI, d}]
+			if !ok {
+				return nil, fmt.Errorf("outbound %v: DIP %v is no VM of VNI %d in hosts[]", ob.Address, d, ob.VNI)
+			}
+			op.Owners[d] = o
+		}
+		for _, a := range ob.Static {
+			op.Static = append(op.Static, flow.PortAllocation{VIP: ob.Address, First: a.Ports.First, Last: a.Ports.Last, Owner: op.Owners[a.DIP]})
+		}
+		out = append(out, op)
+	}
+	return out, nil
 }
 
 // PlanDiff is what must change to go from one plan to another.
@@ -114,6 +186,12 @@ type PlanDiff struct {
 	BGP bool
 	// Sources is true when the source filter's prefixes change.
 	Sources bool
+	// Outbound are the addresses whose outbound section comes, goes, or
+	// changes its VNI, pool, DIPs or inbound ports; AllocationsAdded and
+	// AllocationsRemoved are the static allocations that come and go (a
+	// range moving to another owner is both).
+	Outbound                             []netip.Addr
+	AllocationsAdded, AllocationsRemoved []flow.PortAllocation
 }
 
 // Empty reports whether nothing changes.
@@ -177,7 +255,37 @@ func (p *Plan) Diff(q *Plan) PlanDiff {
 	d.HashSeed = p.HashSeed != q.HashSeed && p.VIPs != nil
 	d.BGP = !reflect.DeepEqual(p.BGP, q.BGP)
 	d.Sources = !slices.Equal(p.Sources, q.Sources)
+	d.Outbound, d.AllocationsAdded, d.AllocationsRemoved = outboundDiff(p.Outbound, q.Outbound)
 	return d
+}
+
+// outboundDiff returns the addresses whose outbound section differs
+// (but for its static allocations) between p and q, and the static
+// allocations added and removed.
+func outboundDiff(p, q []OutboundPlan) (addrs []netip.Addr, added, removed []flow.PortAllocation) {
+	old := map[netip.Addr]*OutboundPlan{}
+	var pa, qa []flow.PortAllocation
+	for i := range p {
+		old[p[i].Address] = &p[i]
+		pa = append(pa, p[i].Static...)
+	}
+	seen := map[netip.Addr]bool{}
+	for i := range q {
+		n := &q[i]
+		seen[n.Address] = true
+		qa = append(qa, n.Static...)
+		o, ok := old[n.Address]
+		if !ok || o.VNI != n.VNI || !slices.Equal(o.Pool, n.Pool) || !slices.Equal(o.Inbound, n.Inbound) || !maps.Equal(o.Owners, n.Owners) {
+			addrs = append(addrs, n.Address)
+		}
+	}
+	for i := range p {
+		if !seen[p[i].Address] {
+			addrs = append(addrs, p[i].Address)
+		}
+	}
+	added, removed = setDiff(pa, qa)
+	return addrs, added, removed
 }
 
 // tableChanged reports whether a VIP's Maglev table differs between o and
@@ -253,6 +361,17 @@ func (p *Plan) String() string {
 	}
 	for _, a := range p.Announce {
 		fmt.Fprintf(&s, "announce %s (when servable)\n", a)
+	}
+	for i := range p.Outbound {
+		o := &p.Outbound[i]
+		pool := make([]string, len(o.Pool))
+		for j, r := range o.Pool {
+			pool[j] = r.String()
+		}
+		fmt.Fprintf(&s, "outbound %s vni %d: pool %s, %d dips, inbound ports %v\n", o.Address, o.VNI, strings.Join(pool, ","), len(o.Owners), o.Inbound)
+		for _, a := range o.Static {
+			fmt.Fprintf(&s, "  static %d-%d: %s via %s mac %s\n", a.First, a.Last, a.Owner.DIP, a.Owner.Host, net.HardwareAddr(a.Owner.MAC[:]))
+		}
 	}
 	for _, src := range p.Sources {
 		fmt.Fprintf(&s, "refuse sources %s\n", src)
