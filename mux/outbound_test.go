@@ -10,7 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -371,3 +374,115 @@ func TestSetPortAllocations(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestOneVersionPerBatchOutbound is TestOneVersionPerBatch for the range
+// table: while a worker runs the Mux's pipeline over replies to two
+// ranges of web4 — one static (the document moves it between vm1 and
+// vm2 at every version) and one dynamic (SetPortAllocations moves it
+// between them as fast as it can, from another goroutine) — every reply
+// of a batch goes to the owner the batch's snapshot names, and none is
+// dropped. A stage reading the range table from anywhere but the batch's
+// snapshot would, sooner or later, send a reply by another version.
+func TestOneVersionPerBatchOutbound(t *testing.T) {
+	r := newOutRig(t)
+	ctl := r.m.ctl
+	doc := func(v int) *control.Document { // the static range: vm1's at odd versions, vm2's at even ones
+		d := outDocument(t, v, "1024-2047")
+		if v%2 == 0 {
+			d.Outbound[0].Static[0].DIP = outVM2.DIP
+		}
+		return d
+	}
+	require.NoError(t, ctl.Apply(doc(1)))
+	dyn := func(i int) []flow.PortAllocation {
+		o := outVM1.DIP
+		if i%2 == 0 {
+			o = outVM2.DIP
+		}
+		return []flow.PortAllocation{{VIP: outWeb4, First: 2048, Last: 3071, Owner: flow.PortOwner{DIP: o}}}
+	}
+	require.NoError(t, ctl.SetPortAllocations(dyn(1)))
+
+	var batches, pkts, wrong atomic.Int64
+	var firstWrong atomic.Value
+	check := engine.StageFunc(func(b *engine.Batch) {
+		ms, _ := b.Snapshot.(*muxSnapshot)
+		batches.Add(1)
+		for _, p := range b.Packets() {
+			pkts.Add(1)
+			o, ok := ms.Returns().Owner(&p.Key)
+			switch {
+			case !ok:
+				wrong.Add(1)
+				firstWrong.CompareAndSwap(nil, fmt.Sprintf("port %d has no owner in the batch's snapshot", p.Key.DstPort))
+			case p.Rule == nil || p.Rule.Backends[p.Backend].Addr != o.DIP || p.Rule.Backends[p.Backend].MAC != o.MAC:
+				wrong.Add(1)
+				firstWrong.CompareAndSwap(nil, fmt.Sprintf("port %d sent to %v, the batch's snapshot says %v", p.Key.DstPort, p.Rule.Backends[p.Backend].Addr, o.DIP))
+			}
+		}
+	})
+	w, err := engine.NewWorker(engine.WorkerConfig{Ports: []engine.Port{r.uplink}, Snapshot: ctl.Snapshot,
+		Inputs: []engine.Input{{Port: 0, Pipeline: engine.NewPipeline(mustPipeline(t, r.m), check)}}})
+	require.NoError(t, err)
+	var frames [][]byte
+	for i := range 256 {
+		port := uint16(1024 + i*8) // 1024..3064: both ranges
+		frames = append(frames, seedFrame(t, outIP4(outRemote, outWeb4, layers.IPProtocolTCP), outTCP(443, port), gopacket.Payload("x")))
+	}
+	r.uplink.Replay(frames)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for v := 2; ; v++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := ctl.Apply(doc(v)); err != nil {
+				t.Errorf("apply %d: %v", v, err)
+				return
+			}
+		}
+	}()
+	var sets atomic.Int64
+	go func() {
+		defer wg.Done()
+		for i := 2; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := ctl.SetPortAllocations(dyn(i)); err != nil {
+				t.Errorf("set %d: %v", i, err)
+				return
+			}
+			sets.Add(1)
+		}
+	}()
+	deadline := time.Now().Add(2 * time.Second)
+	for batches.Load() < 20000 && time.Now().Before(deadline) {
+		w.Poll()
+	}
+	close(stop)
+	wg.Wait()
+	var st engine.Stats
+	w.Counters().Snapshot(&st)
+	t.Logf("%d batches, %d packets through %d versions and %d sets of allocations; drops %v", batches.Load(), pkts.Load(),
+		ctl.Version(), sets.Load(), st.DropsByName())
+	require.Zero(t, wrong.Load(), "first: %v", firstWrong.Load())
+	require.Zero(t, st.Dropped(), "drops: %v", st.DropsByName())
+	require.Greater(t, ctl.Version(), uint64(10), "too few reloads to show anything")
+	require.Greater(t, sets.Load(), int64(10), "too few sets of allocations to show anything")
+}
+
+// mustPipeline is the Mux's pipeline of one worker.
+func mustPipeline(t testing.TB, m *Mux) *engine.Pipeline {
+	pl, err := m.pipeline(7, benchUplink, partialHops, 1)
+	require.NoError(t, err)
+	return pl
+}
