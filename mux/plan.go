@@ -48,7 +48,9 @@ type Plan struct {
 	// probed VIP.
 	Probes []health.Target
 	// Announce are the host prefixes of every VIP address, sorted: what
-	// the Mux announces when each has a servable backend.
+	// the Mux announces when each has a servable backend. (The address of
+	// an outbound section is announced whatever its VIPs' health: its
+	// replies must reach the Muxes.)
 	Announce []netip.Prefix
 	// BGP is the document's BGP section (nil: no BGP).
 	BGP *control.BGP
@@ -368,7 +370,7 @@ func (p *Plan) String() string {
 		for j, r := range o.Pool {
 			pool[j] = r.String()
 		}
-		fmt.Fprintf(&s, "outbound %s vni %d: pool %s, %d dips, inbound ports %v\n", o.Address, o.VNI, strings.Join(pool, ","), len(o.Owners), o.Inbound)
+		fmt.Fprintf(&s, "outbound %s vni %d (announced always): pool %s, %d dips, inbound ports %v\n", o.Address, o.VNI, strings.Join(pool, ","), len(o.Owners), o.Inbound)
 		for _, a := range o.Static {
 			fmt.Fprintf(&s, "  static %d-%d: %s via %s mac %s\n", a.First, a.Last, a.Owner.DIP, a.Owner.Host, net.HardwareAddr(a.Owner.MAC[:]))
 		}
