@@ -103,7 +103,11 @@ type outRig struct {
 	uplink *engine.MemPort
 }
 
-func newOutRig(t testing.TB) *outRig {
+func newOutRig(t testing.TB) *outRig { return newOutRigCapture(t, true) }
+
+// newOutRigCapture is newOutRig whose uplink keeps what it transmits, or
+// not (benchmarks).
+func newOutRigCapture(t testing.TB, capture bool) *outRig {
 	path := filepath.Join(t.TempDir(), "fleet.yaml")
 	require.NoError(t, os.WriteFile(path, []byte("version: 0\n"), 0o644))
 	m, err := New(Config{Interface: "uplink0", ConfigPath: path, SourceV4: benchMuxSrc,
@@ -113,7 +117,7 @@ func newOutRig(t testing.TB) *outRig {
 	require.NoError(t, m.ctl.Apply(outDocument(t, 1, "1024-2047")))
 	pl, err := m.pipeline(7, benchUplink, partialHops, 1)
 	require.NoError(t, err)
-	up, err := engine.NewMemPort(engine.MemPortConfig{Name: "uplink", Capture: true})
+	up, err := engine.NewMemPort(engine.MemPortConfig{Name: "uplink", Capture: capture})
 	require.NoError(t, err)
 	kernel, err := engine.NewMemPort(engine.MemPortConfig{Name: "kernel", Capture: true})
 	require.NoError(t, err)
