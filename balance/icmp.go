@@ -132,8 +132,12 @@ func (s *ICMP) handle(b *engine.Batch, snap *flow.Snapshot, ret *batchReturns, p
 		}
 		if snap.Lookup(&k) == nil {
 			// No VIP flow: an error about an outbound connection of a VM
-			// quotes VIP:port of the address's pool (or the identifier of
-			// a ping) and goes to the port's owner (Returns).
+			// is addressed to the VIP and quotes VIP:port of the address's
+			// pool (or the identifier of a ping); it goes to the port's
+			// owner (Returns).
+			if k.Dst != p.Key.Dst {
+				return
+			}
 			if k.Proto == flow.ProtoICMP || k.Proto == flow.ProtoICMPv6 {
 				if id, ok := quotedEchoID(l4[header.ICMPv4MinSize:], v4); ok {
 					k.DstPort = id

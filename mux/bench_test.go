@@ -69,7 +69,8 @@ var benchVIPs = []benchVIP{
 
 // benchDocument returns the desired-state document of the benchmark Mux:
 // benchVIPs, each with benchBackends backends (IPv4 or IPv6 DIPs as the
-// VIP; hosts are IPv4, so every packet leaves in VXLAN over IPv4).
+// VIP; hosts are IPv4, so every packet leaves in VXLAN over IPv4), and
+// outbound sections for web4's and web6's addresses (benchOutboundDoc).
 func benchDocument(tb testing.TB) *control.Document {
 	var b strings.Builder
 	fmt.Fprintf(&b, "version: 1\nhash_seed: %d\ninfra_prefixes: [", uint64(benchSeed))
@@ -96,6 +97,7 @@ func benchDocument(tb testing.TB) *control.Document {
 				j, dip, i, j>>8, j&0xff, 1+j%benchHosts)
 		}
 	}
+	b.WriteString(benchOutboundDoc) // the VMs' outbound sections (returning traffic, FuzzMuxPipeline)
 	doc, err := control.Parse([]byte(b.String()))
 	require.NoError(tb, err)
 	return doc
@@ -164,6 +166,14 @@ func muxConnTable(tb testing.TB, flows int) *flow.ConnTable {
 // Controller applies doc (rules, VIP addresses with their VNIs), then Parse →
 // uplinkVNI → ICMP → balance → encap → next hop → account.
 func ourMuxStages(tb testing.TB, doc *control.Document, ct *flow.ConnTable) []engine.Stage {
+	stages, _ := ourMux(tb, doc, ct)
+	return stages
+}
+
+// ourMux is ourMuxStages and the Controller that applied doc, whose
+// snapshot (Controller.Snapshot) a worker may run the stages with: the
+// range table of outbound allocations is read from there only.
+func ourMux(tb testing.TB, doc *control.Document, ct *flow.ConnTable) ([]engine.Stage, *Controller) {
 	rules := flow.NewRules()
 	ctl, err := NewController(ControllerConfig{Rules: rules, Checker: &fakeChecker{states: map[string]health.State{}},
 		Logger: slog.New(slog.DiscardHandler)})
@@ -184,7 +194,7 @@ func ourMuxStages(tb testing.TB, doc *control.Document, ct *flow.ConnTable) []en
 	acct := balance.NewAccount(balance.AccountConfig{Encapsulated: true, Rules: rules})
 	src, err := guard.NewSources(guard.SourcesConfig{Rules: rules, Node: []netip.Addr{benchMuxSrc}, Infra: filterPrefixes(doc)})
 	require.NoError(tb, err)
-	return []engine.Stage{engine.Parse{}, src, uplinkVNI{rules}, icmp, bal, enc, nh, acct}
+	return []engine.Stage{engine.Parse{}, src, uplinkVNI{rules}, icmp, bal, enc, nh, acct}, ctl
 }
 
 // muxPeer is the Mux's job written the way one would with the usual Go
@@ -454,9 +464,15 @@ type muxRig struct {
 }
 
 func newMuxRig(tb testing.TB, capture bool, stages ...engine.Stage) *muxRig {
+	return newMuxRigSnapshot(tb, capture, nil, stages...)
+}
+
+// newMuxRigSnapshot is newMuxRig whose worker loads its batches'
+// snapshot from snap (nil: none, the stages load their rules).
+func newMuxRigSnapshot(tb testing.TB, capture bool, snap func() any, stages ...engine.Stage) *muxRig {
 	mp, err := engine.NewMemPort(engine.MemPortConfig{Name: "uplink", Capture: capture})
 	require.NoError(tb, err)
-	w, err := engine.NewWorker(engine.WorkerConfig{Ports: []engine.Port{mp},
+	w, err := engine.NewWorker(engine.WorkerConfig{Ports: []engine.Port{mp}, Snapshot: snap,
 		Inputs: []engine.Input{{Port: 0, Pipeline: engine.NewPipeline(stages...)}}})
 	require.NoError(tb, err)
 	return &muxRig{w: w, port: mp}

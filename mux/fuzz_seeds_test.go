@@ -205,7 +205,7 @@ func muxFuzzSeeds(tb testing.TB) []muxFuzzSeed {
 			want: []string{"drop:not_ip"}},
 		muxFuzzSeed{name: "truncated", frame: flow4[:30], want: []string{"drop:truncated"}},
 		muxFuzzSeed{name: "empty", frame: nil, want: []string{"drop:truncated"}})
-	return seeds
+	return append(seeds, outboundFuzzSeeds(tb)...)
 }
 
 // seedFrame is gpkt.Serialize behind an Ethernet header from the client's MAC

@@ -14,8 +14,9 @@ import (
 
 // FuzzMuxPipeline drives the Mux's whole in-memory data path — the stages
 // of ourMuxStages (Parse → source filter → uplink VNI → ICMP → balance → encap (TTL) → next hop
-// → account) over benchDocument, in a Worker polling one MemPort — with
-// arbitrary frames, and checks with gopacket as the oracle what comes out:
+// → account) over benchDocument, in a Worker polling one MemPort with the
+// Controller's snapshot — with arbitrary frames, and checks with gopacket
+// as the oracle what comes out:
 //
 //   - Conservation: per input, the RX delta is the number of frames
 //     injected, and equals the TX delta plus the drop delta; every drop
@@ -27,7 +28,10 @@ import (
 //     unless the parser refused the frame first; no other frame gets a
 //     src_* reason; ttl_exceeded only for a TTL / hop limit of 1 or 0.
 //   - Everything transmitted is either (1) VXLAN from the Mux to a host of
-//     the VIP the injected packet is for (see checkVXLAN: outer header
+//     the VIP the injected packet is for, or, for a packet returning to an
+//     outbound connection (muxReturnOwner: a reply to an allocated port of
+//     benchOutbound, an ICMP error quoting one, an echo reply with an
+//     allocated identifier), to the port's owner (see checkVXLAN: outer header
 //     fields, lengths and IPv4 header checksum, VNI, backend MAC and host,
 //     and the inner IP packet byte for byte the injected one but for its
 //     TTL / hop limit, one less, and an IPv4 header checksum exactly as
@@ -118,8 +122,9 @@ type muxFuzzBackend struct {
 
 func newMuxFuzzRig(tb testing.TB) *muxFuzzRig {
 	doc := benchDocument(tb)
+	stages, ctl := ourMux(tb, doc, muxConnTable(tb, 1<<14))
 	m := &muxFuzzRig{
-		rig:      newMuxRig(tb, true, ourMuxStages(tb, doc, muxConnTable(tb, 1<<14))...),
+		rig:      newMuxRigSnapshot(tb, true, ctl.Snapshot, stages...), // the range table comes with the snapshot
 		backends: map[[6]byte]muxFuzzBackend{},
 	}
 	require.Len(tb, doc.VIPs, len(benchVIPs))
