@@ -34,6 +34,9 @@ type AccountConfig struct {
 // Stage, without Conns, counts none, and a flow the full table refused to
 // store counts at each of its packets). Packets without a decision
 // (Backend < 0) are not counted: drops are counted by reason by the engine.
+// Replies to outbound connections (Returns: a backend ID of
+// flow.ReservedID) are counted by their address, under the counter index
+// their rule's ID carries (AccountStats.Returns).
 //
 // Put it last in the pipeline, after every stage that may still drop a
 // packet, so that it counts what was handed to the port; a packet the port

@@ -10,6 +10,11 @@
 // rehash, a Mux going away) keeps its backend as long as the backend set
 // did not change.
 //
+// A packet that matches no rule may be a reply to a VM's source-NATed
+// outbound connection: the stage looks it up in the range table of the
+// batch's snapshot (Returns) and sends it to the owner of its port, not
+// balanced; see Returns.
+//
 // # Fragments
 //
 // A non-first fragment carries no ports. It is balanced only by an

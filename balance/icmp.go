@@ -48,7 +48,14 @@ type ICMPConfig struct {
 //     the balancing stage sends the error to the same DIP as that flow
 //     (without creating a connection-table entry), where the DIP's stack
 //     learns the path MTU. Only the quote's bytes within the IP datagram
-//     are read.
+//     are read. An error addressed to a VIP address that quotes no VIP
+//     flow but a packet from that address's outbound pool — a VM's
+//     source-NATed connection, or its ping, by the echo identifier — is
+//     keyed and flagged the same way, and the balancing stage sends it
+//     to the port's owner (Returns).
+//   - An echo reply is keyed by its identifier as the destination port: a
+//     reply to a VM's source-NATed ping goes to the identifier's owner
+//     (Returns).
 //
 // ICMPv4 is handled in IPv4 packets only and ICMPv6 in IPv6 packets only;
 // other packets pass untouched.

@@ -35,7 +35,9 @@ var DropUnallocated = engine.RegisterDropReason("outbound_unallocated")
 // address's returning traffic (AccountStats.Returns) instead of a
 // backend's. Such a rule is no rule of the snapshot: it never enters the
 // connection table. A port of the address's pool that no allocation
-// holds is dropped (DropUnallocated); any other port stays no_rule.
+// holds is dropped (DropUnallocated); any other port stays no_rule. A
+// reply's first fragment goes to the owner; its later fragments, which
+// carry no port, are dropped (no_rule).
 //
 // The balancing stage reads the table from the batch's snapshot
 // (engine.Batch.Snapshot implementing ReturnSource), never from a pointer

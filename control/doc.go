@@ -169,8 +169,9 @@
 //	                          come from there), one per port, in order
 //
 // outbound[] (source NAT through a VIP for connections VMs open; issue
-// 13: the document part is done — parsed, validated, the pool computed —
-// and the nodes do not run it yet):
+// 13: the document part is done — parsed, validated, the pool computed;
+// Muxes send the replies by its allocations, see package mux; Host
+// Agents do not translate yet):
 //
 //	address         required  the VIP address used as the source; one section per address
 //	vni             0         the DIPs' VNI

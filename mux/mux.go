@@ -16,6 +16,28 @@
 // engine.PartialChecksums)
 // and announces the VIPs that can be served over BGP (bgp).
 //
+// # Returning traffic of outbound connections
+//
+// A VM's outbound connection leaves its host source-NATed to VIP:port
+// (the document's outbound sections: per VIP address, its VMs, the port
+// pool, the allocation unit and static allocations). The replies reach a
+// Mux: the steering program sends it every TCP, UDP and ICMP packet to an
+// outbound address, and such an address is announced whatever the health
+// of its VIPs. The balance stage sends a packet that matches no rule by
+// the range table published in the same snapshot as the rules
+// (balance.Returns): to the owner of its destination port — VXLAN to the
+// owner's host, the owner's VNI, its MAC as the inner destination —
+// counted per address (xdplb_vip_return_packets_total,
+// xdplb_vip_return_bytes_total); a pool port nobody holds is dropped
+// (outbound_unallocated). ICMP errors quoting an outbound connection (or
+// a VM's ping) and echo replies whose identifier is allocated go the same
+// way; echo requests to a VIP stay answered by the Mux. The table holds
+// the document's static allocations, each owner's host, VNI and MAC from
+// hosts[], and the dynamic ones a fleet's allocator gives
+// Controller.SetPortAllocations, which refuses (counts, logs, and
+// names in its error) those the document does not allow. See
+// outbound.go.
+//
 // # Failures and privileges
 //
 // Every worker checks its AF_XDP socket every engine.DefaultCheckEvery
