@@ -134,8 +134,14 @@ func (a *Account) Process(b *engine.Batch) {
 		if s.vip == 0 {
 			h.bind(s, r)
 		}
+		var n int
+		if a.cfg.Encapsulated {
+			n = tunnelledLen(p.Data())
+		} else {
+			n = parsedLen(p)
+		}
 		s.packets++
-		s.bytes += uint64(a.packetLen(p))
+		s.bytes += uint64(n)
 		if p.Flags&engine.FlagNewFlow != 0 {
 			s.newFlows++
 		}
