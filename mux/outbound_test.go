@@ -24,6 +24,7 @@ import (
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/internal/lab/gpkt"
+	"github.com/xdplb/xdplb/internal/node"
 )
 
 // outDoc serves web4 and web6 (port 80) and lets VMs use both addresses
@@ -490,3 +491,7 @@ func mustPipeline(t testing.TB, m *Mux) *engine.Pipeline {
 	require.NoError(t, err)
 	return pl
 }
+
+// The Controller is what the fleet's allocation watcher hands the Host
+// Agents' ranges to (examples/mux: node.Fleet.WatchPortAllocations).
+var _ node.PortAllocationSink = (*Controller)(nil)

@@ -171,6 +171,11 @@ func run(cfg mux.Config, fl *node.Fleet, metricsAddr string, log *slog.Logger) e
 		if err := fl.WatchHealth(m.Controller().SetDIPHealth); err != nil {
 			return err
 		}
+		// The Host Agents' outbound port ranges: replies to their VMs'
+		// source-NATed connections go to the ranges' hosts.
+		if err := fl.WatchPortAllocations(m.Controller()); err != nil {
+			return err
+		}
 		rctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { fl.Run(rctx); close(done) }()
