@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -78,30 +77,14 @@ func (w *AllocationWatcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { w.reportLoop(ctx) })
-	var rev int64
-	for ctx.Err() == nil {
-		if rev == 0 {
-			r, err := w.readAll(ctx)
-			if err != nil {
-				w.cfg.Logger.Warn("fleet: allocation read failed; keeping the last allocations", "err", err)
-				sleep(ctx, time.Second)
-				continue
-			}
-			rev = r
-		}
-		rev = w.watch(ctx, rev)
-	}
+	f := follower{client: w.cfg.Client, logger: w.cfg.Logger, prefix: w.k.ports(), what: "the last allocations",
+		read: w.readAll, events: w.apply}
+	f.run(ctx)
 	return nil
 }
 
 // readAll replaces every claim and guard with what etcd holds.
-func (w *AllocationWatcher) readAll(ctx context.Context) (int64, error) {
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := w.cfg.Client.Get(rctx, w.k.ports(), clientv3.WithPrefix())
-	if err != nil {
-		return 0, err
-	}
+func (w *AllocationWatcher) readAll(resp *clientv3.GetResponse) {
 	claims, guards := map[rangeID]flow.PortAllocation{}, map[rangeID]flow.PortAllocation{}
 	for _, kv := range resp.Kvs {
 		if m, id, ok := w.parse(claims, guards, kv.Key); ok {
@@ -114,7 +97,6 @@ func (w *AllocationWatcher) readAll(ctx context.Context) (int64, error) {
 	w.claims, w.guards, w.dirty, w.read = claims, guards, true, true
 	w.mu.Unlock()
 	w.wake()
-	return resp.Header.Revision, nil
 }
 
 // parse says which of claims and guards key belongs in, and its range.
@@ -128,44 +110,26 @@ func (w *AllocationWatcher) parse(claims, guards map[rangeID]flow.PortAllocation
 	return nil, rangeID{}, false
 }
 
-// watch applies changes from revision rev+1 until the watch ends; it
-// returns the revision to go on from (0: read everything again).
-func (w *AllocationWatcher) watch(ctx context.Context, rev int64) int64 {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for resp := range w.cfg.Client.Watch(wctx, w.k.ports(), clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
-		if err := resp.Err(); err != nil {
-			if resp.CompactRevision > 0 {
-				return 0
-			}
-			w.cfg.Logger.Warn("fleet: allocation watch interrupted; keeping the last allocations", "err", err)
-			sleep(ctx, time.Second)
-			return rev
+// apply applies one watch response's changes.
+func (w *AllocationWatcher) apply(events []*clientv3.Event) {
+	w.mu.Lock()
+	for _, ev := range events {
+		m, id, ok := w.parse(w.claims, w.guards, ev.Kv.Key)
+		if !ok {
+			continue
 		}
-		w.mu.Lock()
-		for _, ev := range resp.Events {
-			m, id, ok := w.parse(w.claims, w.guards, ev.Kv.Key)
-			if !ok {
-				continue
-			}
-			if ev.Type == clientv3.EventTypeDelete {
-				delete(m, id)
-				w.dirty = true
-				continue
-			}
-			if c, ok := decodeClaim(ev.Kv.Value); ok && c.Last >= id.first {
-				m[id] = c.allocation(id.vip, id.first)
-				w.dirty = true
-			}
+		if ev.Type == clientv3.EventTypeDelete {
+			delete(m, id)
+			w.dirty = true
+			continue
 		}
-		w.mu.Unlock()
-		w.wake()
-		rev = resp.Header.Revision
+		if c, ok := decodeClaim(ev.Kv.Value); ok && c.Last >= id.first {
+			m[id] = c.allocation(id.vip, id.first)
+			w.dirty = true
+		}
 	}
-	if ctx.Err() == nil {
-		sleep(ctx, time.Second)
-	}
-	return rev
+	w.mu.Unlock()
+	w.wake()
 }
 
 func (w *AllocationWatcher) wake() {

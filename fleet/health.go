@@ -270,30 +270,14 @@ func (w *HealthWatcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { w.reportLoop(ctx) })
-	var rev int64
-	for ctx.Err() == nil {
-		if rev == 0 {
-			r, err := w.readAll(ctx)
-			if err != nil {
-				w.cfg.Logger.Warn("fleet: health read failed; keeping the last verdicts", "err", err)
-				sleep(ctx, time.Second)
-				continue
-			}
-			rev = r
-		}
-		rev = w.watch(ctx, rev)
-	}
+	f := follower{client: w.cfg.Client, logger: w.cfg.Logger, prefix: w.k.healths(), what: "the last verdicts",
+		read: w.readAll, events: w.apply}
+	f.run(ctx)
 	return nil
 }
 
 // readAll replaces every host's verdicts with what etcd holds.
-func (w *HealthWatcher) readAll(ctx context.Context) (int64, error) {
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := w.cfg.Client.Get(rctx, w.k.healths(), clientv3.WithPrefix())
-	if err != nil {
-		return 0, err
-	}
+func (w *HealthWatcher) readAll(resp *clientv3.GetResponse) {
 	now := map[string]map[health.VerdictKey]health.Verdict{}
 	for _, kv := range resp.Kvs {
 		hk, ok1 := w.k.parseHealthKey(string(kv.Key))
@@ -316,51 +300,32 @@ func (w *HealthWatcher) readAll(ctx context.Context) (int64, error) {
 	w.hosts, w.read = now, true
 	w.mu.Unlock()
 	w.wake()
-	return resp.Header.Revision, nil
 }
 
-// watch applies changes from revision rev+1 until the watch ends; it
-// returns the revision to go on from (0: read everything again).
-func (w *HealthWatcher) watch(ctx context.Context, rev int64) int64 {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for resp := range w.cfg.Client.Watch(wctx, w.k.healths(), clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
-		if err := resp.Err(); err != nil {
-			if resp.CompactRevision > 0 {
-				return 0
-			}
-			w.cfg.Logger.Warn("fleet: health watch interrupted; keeping the last verdicts", "err", err)
-			sleep(ctx, time.Second)
-			return rev
+// apply applies one watch response's changes.
+func (w *HealthWatcher) apply(events []*clientv3.Event) {
+	w.mu.Lock()
+	for _, ev := range events {
+		hk, ok := w.k.parseHealthKey(string(ev.Kv.Key))
+		if !ok {
+			continue
 		}
-		w.mu.Lock()
-		for _, ev := range resp.Events {
-			hk, ok := w.k.parseHealthKey(string(ev.Kv.Key))
-			if !ok {
-				continue
-			}
-			w.dirty[hk.Host] = true
-			if ev.Type == clientv3.EventTypeDelete {
-				delete(w.hosts[hk.Host], hk.VerdictKey)
-				continue
-			}
-			v, ok := decodeVerdict(ev.Kv.Value)
-			if !ok {
-				continue
-			}
-			if w.hosts[hk.Host] == nil {
-				w.hosts[hk.Host] = map[health.VerdictKey]health.Verdict{}
-			}
-			w.hosts[hk.Host][hk.VerdictKey] = v
+		w.dirty[hk.Host] = true
+		if ev.Type == clientv3.EventTypeDelete {
+			delete(w.hosts[hk.Host], hk.VerdictKey)
+			continue
 		}
-		w.mu.Unlock()
-		w.wake()
-		rev = resp.Header.Revision
+		v, ok := decodeVerdict(ev.Kv.Value)
+		if !ok {
+			continue
+		}
+		if w.hosts[hk.Host] == nil {
+			w.hosts[hk.Host] = map[health.VerdictKey]health.Verdict{}
+		}
+		w.hosts[hk.Host][hk.VerdictKey] = v
 	}
-	if ctx.Err() == nil {
-		sleep(ctx, time.Second)
-	}
-	return rev
+	w.mu.Unlock()
+	w.wake()
 }
 
 func (w *HealthWatcher) wake() {
