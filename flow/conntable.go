@@ -199,6 +199,9 @@ const (
 	// does not fit in 24 bits, or the class is not one of the four;
 	// nothing was stored.
 	InsertInvalid
+	// InsertTaken: ClaimPrepared found the flow present and live; its
+	// entry was left as it was.
+	InsertTaken
 )
 
 // Stored reports whether the flow is in the table after the insert.
@@ -219,6 +222,8 @@ func (r InsertResult) String() string {
 		return "busy"
 	case InsertInvalid:
 		return "invalid"
+	case InsertTaken:
+		return "taken"
 	}
 	return "result(" + itoa(uint64(r)) + ")"
 }
@@ -573,9 +578,28 @@ func (t *ConnTable) InsertPrepared(q *ConnQuery, backend uint32, class StateClas
 	}
 	switch q.family {
 	case FamilyIPv4:
-		return t.v4.insert(&q.p, q.hash, backend, class, now, t)
+		return t.v4.insert(&q.p, q.hash, backend, class, now, t, false)
 	case FamilyIPv6:
-		return t.v6.insert(&q.p, q.hash, backend, class, now, t)
+		return t.v6.insert(&q.p, q.hash, backend, class, now, t, false)
+	}
+	return InsertInvalid
+}
+
+// ClaimPrepared is InsertPrepared that never overwrites a live entry: when
+// the flow is present and not idle past its timeout it returns InsertTaken
+// and changes nothing. The check and the store happen under the same
+// bucket locks, so of several writers claiming one key at once exactly
+// one gets it: a key used as a lock (a source NAT's port towards one
+// remote endpoint, see nat.SNAT) is handed out once.
+func (t *ConnTable) ClaimPrepared(q *ConnQuery, backend uint32, class StateClass, now Tick) InsertResult {
+	if class >= ctClasses {
+		return InsertInvalid
+	}
+	switch q.family {
+	case FamilyIPv4:
+		return t.v4.insert(&q.p, q.hash, backend, class, now, t, true)
+	case FamilyIPv6:
+		return t.v6.insert(&q.p, q.hash, backend, class, now, t, true)
 	}
 	return InsertInvalid
 }
@@ -606,9 +630,9 @@ func (t *ConnTable) Insert(k *Key, backend uint32, class StateClass, now Tick) I
 	}
 	switch ctFamily(k) {
 	case FamilyIPv4:
-		return t.v4.insert(&p, t.pack4(k, &p), backend, class, now, t)
+		return t.v4.insert(&p, t.pack4(k, &p), backend, class, now, t, false)
 	case FamilyIPv6:
-		return t.v6.insert(&p, t.pack6(k, &p), backend, class, now, t)
+		return t.v6.insert(&p, t.pack6(k, &p), backend, class, now, t, false)
 	}
 	return InsertInvalid
 }

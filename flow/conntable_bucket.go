@@ -372,7 +372,7 @@ func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, i1, i2, h1, h2 uint64, now Ti
 }
 
 // insert implements ConnTable.Insert for one key width.
-func (t *ctTable[S, P]) insert(k *ctKey, hash uint64, backend uint32, cls StateClass, now Tick, c *ConnTable) InsertResult {
+func (t *ctTable[S, P]) insert(k *ctKey, hash uint64, backend uint32, cls StateClass, now Tick, c *ConnTable, claim bool) InsertResult {
 	i1, i2 := t.index(hash)
 	lo, hi := i1, i2
 	if lo > hi {
@@ -403,6 +403,11 @@ func (t *ctTable[S, P]) insert(k *ctKey, hash uint64, backend uint32, cls StateC
 	tag := ctTag(hash)
 
 	res, x, j := t.place(k, tag, &b, &h, now, c, st)
+	if claim && res == InsertUpdated {
+		b[0].unlockUnchanged(h[0])
+		b[1].unlockUnchanged(h[1])
+		return InsertTaken
+	}
 	if res != InsertRefused {
 		if d := ctProvenDelta(h[x], j, cls); d != 0 {
 			t.proven.Add(d)
