@@ -28,7 +28,8 @@ const (
 	VerdictEmit
 )
 
-// Packet flags, set by the parser and by stages (FlagICMPError, FlagNewFlow).
+// Packet flags, set by the parser and by stages (FlagICMPError, FlagNewFlow,
+// FlagOutbound).
 const (
 	FlagIPv4         uint16 = 1 << iota // L3 is IPv4
 	FlagIPv6                            // L3 is IPv6
@@ -37,6 +38,7 @@ const (
 	FlagL4                              // L4Off points at a validated TCP/UDP/ICMP header
 	FlagICMPError                       // an ICMP error whose Key is the quoted flow, reversed (balance.ICMP)
 	FlagNewFlow                         // the packet placed a new flow (balance: a connection-table miss)
+	FlagOutbound                        // a packet of a source-NATed outbound connection, translated (nat.SNAT)
 )
 
 // Packet is one frame and the metadata the stages share about it. The engine

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/header"
 	"github.com/xdplb/xdplb/nat"
@@ -179,4 +180,69 @@ func BenchmarkBuildingBlocks(b *testing.B) {
 			}
 		})
 	})
+}
+
+// snatBenchFlows returns nflows outgoing packets of outbound connections
+// (TCP, IPv4, dipA through vipO to remotes in 198.18.50.0/24-ish) and the
+// remotes' answers, in batches of 64, after opening the connections and
+// proving them (one answer each) in e.
+func snatBenchFlows(b *testing.B, e *snatEnv, nflows int) (out, in []*batch) {
+	for i := 0; i < nflows; i += 64 {
+		var fo, fi [][]byte
+		for j := i; j < i+64 && j < nflows; j++ {
+			r := ap(netip.AddrFrom4([4]byte{198, 18, 50 + byte(j>>12), byte(j >> 4)}), 443)
+			c := tcp(ap(dipA, uint16(1024+j&0xfff)), r)
+			res := e.out(c)
+			if res.reason != "" {
+				b.Fatal(res.reason)
+			}
+			ans := c.withSrc(netip.AddrPortFrom(vipO, res.p.Key.SrcPort)).reply().to(macA)
+			if r := e.back(ans, vni); r.reason != "" {
+				b.Fatal(r.reason)
+			}
+			fo = append(fo, c.frame())
+			fi = append(fi, ans.frame())
+		}
+		out = append(out, newBatch(b, vni, fo))
+		in = append(in, newBatch(b, vni, fi))
+	}
+	return out, in
+}
+
+// BenchmarkSNAT: the source NAT's two translations of established
+// connections, 64 per batch, over 64 or 16384 connections: out (the
+// VM's packets, Return stage: a DSR-state miss, then the SNAT's state)
+// and in (the remotes' packets, Inbound stage: a rule miss, then the
+// SNAT's state); dsr-return is BenchmarkReturn's case, for comparison in
+// the same run.
+func BenchmarkSNAT(b *testing.B) {
+	for _, nflows := range benchSizes {
+		for _, dir := range []string{"out", "in", "dsr-return"} {
+			b.Run(fmt.Sprintf("%s/flows=%d", dir, nflows), func(b *testing.B) {
+				if dir == "dsr-return" {
+					e := benchEnv(b, nflows)
+					in, out := benchFlows(b, nflows)
+					for _, bt := range in {
+						e.in.Process(bt.reset())
+					}
+					runBench(b, 64,
+						func(i int) { out[i%len(out)].reset() },
+						func(i int) { e.ret.Process(&out[i%len(out)].b) })
+					return
+				}
+				e := newSNATEnvSized(b, max(2*nflows, 4096), defaultSections(), alloc(vipO, 1024, 65535, dipA, vni))
+				out, in := snatBenchFlows(b, e, nflows)
+				bts, st := out, engine.Stage(e.ret)
+				if dir == "in" {
+					bts, st = in, e.in
+				}
+				runBench(b, 64,
+					func(i int) { bts[i%len(bts)].reset() },
+					func(i int) { st.Process(&bts[i%len(bts)].b) })
+				if s := e.s.Stats(); s.Exhausted+s.NoState+s.Refused != 0 {
+					b.Fatalf("drops: %+v", s)
+				}
+			})
+		}
+	}
 }

@@ -1,11 +1,14 @@
-// Package nat is the Host Agent's stateful DSR NAT (Ananta's host agent):
+// Package nat is the Host Agent's stateful NAT (Ananta's host agent):
 // two pipeline stages that translate a VIP's traffic to the local DIP that
 // serves it and back, so that VMs see their own address while clients only
 // ever see the VIP, and replies go straight to the client without passing
-// through a Mux (Direct Server Return).
+// through a Mux (Direct Server Return); and the source NAT (SNAT) of the
+// connections VMs open to the outside with a VIP as their source.
 //
 //	uplink RX → parse → vxlan decap → Inbound  (VIP:vport → DIP:dport) → TX VM port
+//	                                    └ no rule: SNAT in  (VIP:vport → DIP:sport, an outbound connection's reply)
 //	VM RX     → parse (VM's VNI)    → Return   (DIP:dport → VIP:vport) → next hop → TX uplink
+//	                                    └ no DSR connection: SNAT out (DIP:sport → VIP:vport, or untranslated to a local prefix)
 //
 // A Translator (New) holds what both stages share: the rules (flow.Rules,
 // the same versioned VIP → pool configuration the Muxes run), the DIPs this
@@ -135,6 +138,39 @@
 // SYN-ACK, or the table refused the entry) is taken for a direct one; the
 // client's retransmitted SYN through the VIP restores it.
 //
+// # Outbound connections
+//
+// A SNAT (Config.SNAT) translates the connections that VMs listed in an
+// outbound section open: source DIP:sport becomes VIP:vport, vport a port
+// of a range allocated to the DIP (SNAT.SetAllocations: a Host Agent's
+// static ranges from the document and those it claimed in etcd). Outbound
+// packets leave on the uplink like DSR replies, straight to the router;
+// the replies reach a Mux, whose range table sends them to this host
+// (VXLAN in the DIP's VNI), and come back through Inbound. See SNAT for
+// its state, how ports are chosen and reused (unique per remote
+// endpoint), and how connections are tracked and expire.
+//
+// Return hands the SNAT an outbound DIP's packet that no DSR connection
+// claims: a TCP SYN at once (a SYN is never a reply); any other packet
+// first by the SNAT's state, then, if it has none, after the stateless
+// DSR match failed (a DIP's reply on its service port stays DSR), when
+// it connects. A destination in the section's local prefixes is
+// east-west traffic: never translated, passed to Config.Direct (the
+// kernel) as it is, counted in SNATStats.Local. Inbound hands the SNAT a
+// packet to a VIP address that no rule matches (a pool port: the pool
+// never holds the address's inbound ports); without state it is dropped
+// as snat_no_state when the address is an outbound VIP, as nat_no_rule
+// otherwise. Translated packets carry engine.FlagOutbound. A DIP that is
+// a backend of an all-ports rule (ports preserved) and outbound is
+// ambiguous for the first packet of a connection that is not a TCP SYN
+// (a UDP datagram): the stateless DSR match takes it.
+//
+// The SNAT translates TCP and UDP. New connections without a free port
+// are dropped (snat_exhausted), the table's refusals too
+// (snat_table_full); counters in SNATStats, flushed per batch with the
+// stages' own. Non-first fragments of outbound connections are not
+// translated (nat_fragment).
+//
 // # Workers and hashing
 //
 // The two directions of a connection arrive on different ports (uplink and
@@ -166,8 +202,11 @@
 // checksum-preserving rewrite from package header. Nothing allocates;
 // counters are added to a per-worker stripe once per batch; drops carry a
 // reason (nat_no_rule, nat_no_local_backend, nat_no_state, nat_infra,
-// nat_fragment, nat_direct, and the engine's bad_l4 for an unreadable ICMP
-// quote).
+// nat_fragment, nat_direct, snat_exhausted, snat_no_state,
+// snat_table_full, and the engine's bad_l4 for an unreadable ICMP
+// quote). An outbound connection's packet costs a DSR table miss (or a
+// rule miss) and one SNAT table lookup, plus one of the other
+// direction's entry every 1/64 of its timeout.
 //
 // # Limits
 //

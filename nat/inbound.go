@@ -38,16 +38,18 @@ func (s *Inbound) Process(b *engine.Batch) {
 	t := s.t
 	v := t.viewFor(b)
 	now := t.clock()
+	var sbv snatBatch
+	sb := t.snat.batch(&sbv)
 	var c counts
 	for _, p := range b.Packets() {
-		if r := t.inbound(v, p, now, &c); r != 0 {
+		if r := t.inbound(v, sb, p, now, &c); r != 0 {
 			b.Drop(p, r)
 		}
 	}
 	t.flush(b.Worker, &c)
 }
 
-func (t *Translator) inbound(v *view, p *engine.Packet, now flow.Tick, c *counts) engine.DropReason {
+func (t *Translator) inbound(v *view, sb *snatBatch, p *engine.Packet, now flow.Tick, c *counts) engine.DropReason {
 	k := &p.Key
 	if p.Flags&(engine.FlagIPv4|engine.FlagIPv6) == 0 || !k.IsValid() {
 		return engine.DropUnsupported
@@ -66,6 +68,18 @@ func (t *Translator) inbound(v *view, p *engine.Packet, now flow.Tick, c *counts
 	}
 	r := v.snap.Lookup(k)
 	if r == nil {
+		if sb != nil {
+			// No rule: a reply to an outbound connection, on a port of
+			// the VIP's pool?
+			hash := p.Hash
+			if t.setHash {
+				hash = t.hasher.SymmetricHash(k) // remote → VIP, before translation
+			}
+			if dr, handled := t.snat.inbound(sb, p, c); handled {
+				p.Hash = hash
+				return dr
+			}
+		}
 		return DropNoNATRule
 	}
 	lb := v.rules[r.ID].pick(macWord(p.Data()))

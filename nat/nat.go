@@ -71,6 +71,13 @@ type Config struct {
 	// Clock returns the table tick, read once per batch; nil means
 	// Table.Now. Tests inject synthetic time.
 	Clock func() flow.Tick
+	// SNAT, when set, is the source NAT of the outbound connections of
+	// the DIPs in its outbound sections: Return hands it the packets of
+	// an outbound DIP that no DSR connection claims, Inbound the packets
+	// to a VIP address that no rule matches (replies on a pool port).
+	// It keeps its own state and clock (SNAT.Now): Clock does not drive
+	// it. See the package documentation, "Outbound connections".
+	SNAT *SNAT
 }
 
 // Stats are a Translator's counters, summed over workers.
@@ -104,6 +111,7 @@ type Translator struct {
 	setHash bool
 	hasher  flow.Hasher
 	clock   func() flow.Tick
+	snat    *SNAT
 
 	locals atomic.Pointer[DIPs]
 	view   atomic.Pointer[view]
@@ -142,8 +150,8 @@ type statStripe struct {
 }
 
 // counts are a batch's counters, kept on the stack and added to the
-// stripe once per batch.
-type counts [numCounts]uint64
+// stripe once per batch: the Translator's, then the SNAT's (from cSNAT).
+type counts [cSNAT + numSNATCounts]uint64
 
 // Indexes into counts and statStripe.c, in Stats order.
 const (
@@ -161,6 +169,8 @@ const (
 	cDirect
 	cDirectFlows
 	numCounts
+
+	cSNAT = numCounts // the SNAT's counters start here (sOut...)
 )
 
 // New validates cfg and returns a Translator. It builds the first view of
@@ -190,6 +200,7 @@ func New(cfg Config) (*Translator, error) {
 		setHash: cfg.SetHash,
 		hasher:  cfg.Hasher,
 		clock:   cfg.Clock,
+		snat:    cfg.SNAT,
 		stripes: make([]statStripe, statStripes),
 	}
 	if t.clock == nil {
@@ -199,6 +210,10 @@ func New(cfg Config) (*Translator, error) {
 	t.Sync()
 	return t, nil
 }
+
+// SNAT returns the source NAT the Translator hands outbound traffic to,
+// or nil.
+func (t *Translator) SNAT() *SNAT { return t.snat }
 
 // Table returns the Translator's state table.
 func (t *Translator) Table() *Table { return t.table }
@@ -284,7 +299,7 @@ func (t *Translator) current() *view {
 
 // Stats sums the counters of all workers.
 func (t *Translator) Stats() Stats {
-	var c counts
+	var c [numCounts]uint64
 	for i := range t.stripes {
 		for j := range c {
 			c[j] += t.stripes[i].c[j].Load()
@@ -301,10 +316,13 @@ func (t *Translator) Stats() Stats {
 // flush adds a batch's counts to the worker's stripe.
 func (t *Translator) flush(worker int, c *counts) {
 	s := &t.stripes[uint(worker)%statStripes]
-	for i, v := range c {
+	for i, v := range c[:numCounts] {
 		if v != 0 {
 			s.c[i].Add(v)
 		}
+	}
+	if t.snat != nil {
+		t.snat.flush(worker, c)
 	}
 }
 

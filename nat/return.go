@@ -48,6 +48,8 @@ func (s *Return) Process(b *engine.Batch) {
 	now := t.clock()
 	sc := t.scratchFor(b.Worker)
 	pkts := b.Packets()
+	var sbv snatBatch
+	sb := t.snat.batch(&sbv)
 	var c counts
 	var plain uint64 // replies looked up by their own key
 	for i, p := range pkts {
@@ -60,9 +62,9 @@ func (s *Return) Process(b *engine.Batch) {
 		var r engine.DropReason
 		var direct bool
 		if plain&(1<<uint(i)) != 0 {
-			r, direct = t.replyPlain(v, p, &sc.q[i], now, &c)
+			r, direct = t.replyPlain(v, sb, p, &sc.q[i], now, &c)
 		} else {
-			r, direct = t.reply(v, p, now, &c)
+			r, direct = t.reply(v, sb, p, now, &c)
 		}
 		switch {
 		case r != 0:
@@ -100,7 +102,7 @@ func (t *Translator) replyKind(p *engine.Packet) int {
 }
 
 // reply translates one packet from a VM without a prepared query.
-func (t *Translator) reply(v *view, p *engine.Packet, now flow.Tick, c *counts) (engine.DropReason, bool) {
+func (t *Translator) reply(v *view, sb *snatBatch, p *engine.Packet, now flow.Tick, c *counts) (engine.DropReason, bool) {
 	switch t.replyKind(p) {
 	case replyUnsupported:
 		return engine.DropUnsupported, false
@@ -113,12 +115,18 @@ func (t *Translator) reply(v *view, p *engine.Packet, now flow.Tick, c *counts) 
 	}
 	var q flow.ConnQuery
 	t.table.conns.Prepare(&q, &p.Key)
-	return t.replyPlain(v, p, &q, now, c)
+	return t.replyPlain(v, sb, p, &q, now, c)
 }
 
 // replyPlain translates a plain reply whose lookup q prepared. direct
 // reports a packet of a direct connection, to pass on untranslated.
-func (t *Translator) replyPlain(v *view, p *engine.Packet, q *flow.ConnQuery, now flow.Tick, c *counts) (_ engine.DropReason, direct bool) {
+//
+// A packet no DSR connection claims, from a DIP of the SNAT's outbound
+// sections (sb, nil without a SNAT), is the SNAT's: a SYN at once, a
+// packet of a known outbound connection before the stateless DSR match,
+// any other after it fails (see the package documentation, "Outbound
+// connections").
+func (t *Translator) replyPlain(v *view, sb *snatBatch, p *engine.Packet, q *flow.ConnQuery, now flow.Tick, c *counts) (_ engine.DropReason, direct bool) {
 	k := &p.Key
 	var (
 		vip   *[16]byte
@@ -143,9 +151,16 @@ func (t *Translator) replyPlain(v *view, p *engine.Packet, q *flow.ConnQuery, no
 		}
 	}
 	if vip == nil {
+		var d *outDIP // the source's outbound configuration, if any
+		if sb != nil {
+			d = sb.st.dip(k)
+		}
 		if p.StateClass() == flow.ClassUntrusted {
 			// A SYN without ACK opens a connection (the VM's own,
 			// outbound): it is never a reply, whatever its source.
+			if d != nil {
+				return t.snatOut(sb, d, p, c)
+			}
 			return DropNoState, false
 		}
 		if isSynAck(p) {
@@ -156,10 +171,20 @@ func (t *Translator) replyPlain(v *view, p *engine.Packet, q *flow.ConnQuery, no
 			}
 			return t.passDirect(p, q, flow.ClassEstablished, now, c)
 		}
+		if d != nil && !d.local.contains(k.Family, &k.Dst) {
+			// A known outbound connection before the stateless match,
+			// which an all-ports rule of the DIP would claim.
+			if r, handled := t.snat.outbound(sb, d, p, false, c); handled {
+				return t.snatDone(p, r)
+			}
+		}
 		e, n := v.statelessLookup(k)
 		if n != 1 || e.mode == vportUnknown {
 			if n > 1 {
 				c[cAmbiguous]++
+			}
+			if d != nil {
+				return t.snatOut(sb, d, p, c)
 			}
 			return DropNoState, false
 		}
@@ -176,6 +201,40 @@ func (t *Translator) replyPlain(v *view, p *engine.Packet, q *flow.ConnQuery, no
 	k.Src, k.SrcPort = *vip, vport
 	if t.setHash {
 		p.Hash = t.hasher.SymmetricHash(k) // VIP → client, after translation
+	}
+	p.OutPort = t.uplink
+	return 0, false
+}
+
+// snatOut hands the packet p of the outbound DIP d to the SNAT: east-west
+// traffic (a destination in d's local prefixes) leaves untranslated on
+// Config.Direct (direct true), the rest is translated to the VIP, or
+// connects. A protocol the SNAT does not translate is DropNoState.
+func (t *Translator) snatOut(sb *snatBatch, d *outDIP, p *engine.Packet, c *counts) (engine.DropReason, bool) {
+	k := &p.Key
+	if d.local.contains(k.Family, &k.Dst) {
+		if !t.hasDir {
+			return DropDirect, false
+		}
+		p.OutPort = t.direct
+		c[cSNAT+sLocal]++
+		return 0, true
+	}
+	r, handled := t.snat.outbound(sb, d, p, true, c)
+	if !handled {
+		return DropNoState, false
+	}
+	return t.snatDone(p, r)
+}
+
+// snatDone finishes a packet the SNAT translated (r == 0): it leaves on
+// the uplink, like a DSR reply.
+func (t *Translator) snatDone(p *engine.Packet, r engine.DropReason) (engine.DropReason, bool) {
+	if r != 0 {
+		return r, false
+	}
+	if t.setHash {
+		p.Hash = t.hasher.SymmetricHash(&p.Key) // VIP → remote, after translation
 	}
 	p.OutPort = t.uplink
 	return 0, false
