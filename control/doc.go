@@ -169,9 +169,8 @@
 //	                          come from there), one per port, in order
 //
 // outbound[] (source NAT through a VIP for connections VMs open; issue
-// 13: the document part is done — parsed, validated, the pool computed;
-// Muxes send the replies by its allocations, see package mux; Host
-// Agents do not translate yet):
+// 13: Host Agents translate the DIPs' connections, package nat's SNAT;
+// Muxes send the replies by the allocations, see package mux):
 //
 //	address         required  the VIP address used as the source; one section per address
 //	vni             0         the DIPs' VNI
@@ -181,6 +180,9 @@
 //	unit            64        ports per allocation, a power of two, 8..4096
 //	static[]        none      allocations without etcd: dip (one of dips) and ports
 //	                          (whole units of the pool, not overlapping)
+//	local[]         none      prefixes of the VNI's own network (address's family):
+//	                          the DIPs' packets to them are east-west traffic, never
+//	                          translated (the Host Agent passes them to its kernel)
 //
 // hosts[] and hosts[].vms[]:
 //

@@ -27,6 +27,7 @@ outbound:
     static:
       - {dip: 198.19.1.1, ports: 1024-2047}
       - {dip: 198.19.1.2, ports: 2048-4095}
+    local: [198.19.0.0/16, 10.0.0.0/8]
 `
 
 func TestOutbound(t *testing.T) {
@@ -42,6 +43,7 @@ func TestOutbound(t *testing.T) {
 		{netip.MustParseAddr("198.19.1.1"), PortRange{1024, 2047}},
 		{netip.MustParseAddr("198.19.1.2"), PortRange{2048, 4095}},
 	}, ob.Static)
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16"), netip.MustParsePrefix("10.0.0.0/8")}, ob.Local)
 	text, err := d.Marshal()
 	require.NoError(t, err)
 	back, err := Parse(text)
@@ -58,6 +60,9 @@ func TestOutboundErrors(t *testing.T) {
 		{"overlap", "ports: 2048-4095}", "ports: 1024-2047}", "overlaps another static allocation"},
 		{"not a dip", "{dip: 198.19.1.2,", "{dip: 198.19.2.1,", "198.19.2.1 is not in this section's dips"},
 		{"every port inbound", "    port: 80\n", "    port: all\n", "serves every port inbound"},
+		{"local family", "local: [198.19.0.0/16,", "local: [2001:db8::/32,", "outbound[0].local[0]: 2001:db8::/32 and the VIP 198.18.100.1 are of different families"},
+		{"local not a prefix", "local: [198.19.0.0/16,", "local: [198.19.0.1,", "outbound[0].local[0]: \"198.19.0.1\" is an address"},
+		{"local listed twice", "10.0.0.0/8]", "198.19.0.0/16]", "outbound[0].local[1]: prefix 198.19.0.0/16 is listed twice"},
 		{"twice", "outbound:\n", "outbound:\n  - {address: 198.18.100.1, vni: 100, dips: [198.19.1.1]}\n", "has an outbound section already"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 )
 
 var (
-	outboundKeys = []string{"address", "vni", "dips", "ports", "unit", "static"}
+	outboundKeys = []string{"address", "vni", "dips", "ports", "unit", "static", "local"}
 	staticKeys   = []string{"dip", "ports"}
 )
 
@@ -39,6 +39,11 @@ type Outbound struct {
 	// Static are allocations fixed by the document (without etcd): each
 	// a DIP and its ranges, within Pool, unit-aligned, not overlapping.
 	Static []StaticAllocation
+	// Local are the destinations of the VNI's own network (east-west
+	// traffic, other VMs): the DIPs' packets to them are never
+	// translated, the Host Agent hands them to its host's kernel as they
+	// are. Prefixes of Address's family.
+	Local []netip.Prefix
 }
 
 // PortRange is the ports First..Last.
@@ -144,6 +149,13 @@ func (d *decoder) outbound(n *yaml.Node, doc *Document, hs hostSet) []Outbound {
 			continue
 		}
 		ob.Static = d.staticAllocations(o.vals["static"], path+".static", &ob)
+		for j, p := range d.prefixes(o.vals["local"], path+".local") {
+			if p.Addr().Is4() != ob.Address.Is4() {
+				d.errorf(o.vals["local"], index(path+".local", j), "%v and the VIP %v are of different families", p, ob.Address)
+				continue
+			}
+			ob.Local = append(ob.Local, p)
+		}
 		out = append(out, ob)
 	}
 	return out
@@ -253,6 +265,13 @@ func marshalOutbound(ob *Outbound) *yaml.Node {
 			s.Content = append(s.Content, an)
 		}
 		add(n, "static", s)
+	}
+	if len(ob.Local) > 0 {
+		s := sequence()
+		for _, p := range ob.Local {
+			s.Content = append(s.Content, strNode(p.String()))
+		}
+		add(n, "local", s)
 	}
 	return n
 }
