@@ -330,6 +330,13 @@ func SumVIPStats(stages ...*Stage) map[string]Stats {
 	return out
 }
 
+// HashesOnce reports whether the stage hands the connection table the
+// hash it computed for a 5-tuple rule's Maglev pick, so that such a
+// packet's key is hashed once, not twice: Config.Conns was built with
+// the fleet's flow hash of Config.Hasher's seed
+// (flow.ConnTableConfig.Hasher).
+func (s *Stage) HashesOnce() bool { return s.oneHash }
+
 // Stats sums the counters of every VIP and worker.
 func (s *Stage) Stats() Stats {
 	var out Stats

@@ -347,19 +347,28 @@ type ConnTable struct {
 	_      [ctCacheLine - 8]byte
 }
 
-// NewConnTable validates cfg and allocates the table.
-func NewConnTable(cfg ConnTableConfig) (*ConnTable, error) {
+// Check reports whether NewConnTable would accept cfg, without
+// allocating the table: a node can refuse a bad configuration at once
+// and build the table later, when what it is built with (the fleet's
+// Hasher) is known.
+func (cfg ConnTableConfig) Check() error {
+	_, err := cfg.withDefaults()
+	return err
+}
+
+// withDefaults validates cfg and returns it with its defaults filled in.
+func (cfg ConnTableConfig) withDefaults() (ConnTableConfig, error) {
 	if cfg.Capacity <= 0 || cfg.Capacity > maxConnCapacity {
-		return nil, fmt.Errorf("%w: Capacity must be in [1, %d], got %d", ErrConnTableConfig, maxConnCapacity, cfg.Capacity)
+		return cfg, fmt.Errorf("%w: Capacity must be in [1, %d], got %d", ErrConnTableConfig, maxConnCapacity, cfg.Capacity)
 	}
 	if cfg.IPv6Capacity < 0 || cfg.IPv6Capacity > maxConnCapacity {
-		return nil, fmt.Errorf("%w: IPv6Capacity must be in [0, %d], got %d", ErrConnTableConfig, maxConnCapacity, cfg.IPv6Capacity)
+		return cfg, fmt.Errorf("%w: IPv6Capacity must be in [0, %d], got %d", ErrConnTableConfig, maxConnCapacity, cfg.IPv6Capacity)
 	}
 	if cfg.IPv6Capacity == 0 {
 		cfg.IPv6Capacity = max(cfg.Capacity/8, 1)
 	}
 	if size := uint64(ctBucketsFor(cfg.Capacity))*128 + uint64(ctBucketsFor(cfg.IPv6Capacity))*256; size > math.MaxInt/2 {
-		return nil, fmt.Errorf("%w: %d bytes of buckets do not fit this platform's address space", ErrConnTableConfig, size)
+		return cfg, fmt.Errorf("%w: %d bytes of buckets do not fit this platform's address space", ErrConnTableConfig, size)
 	}
 	def := DefaultTimeouts()
 	to := []struct {
@@ -372,24 +381,38 @@ func NewConnTable(cfg ConnTableConfig) (*ConnTable, error) {
 		{"Closing", &cfg.Timeouts.Closing, def.Closing},
 		{"UDP", &cfg.Timeouts.UDP, def.UDP},
 	}
-	t := &ConnTable{}
-	for i, f := range to {
+	for _, f := range to {
 		switch {
 		case *f.d == 0:
 			*f.d = f.def
 		case *f.d < time.Millisecond || *f.d > MaxConnTimeout:
-			return nil, fmt.Errorf("%w: Timeouts.%s must be in [1ms, %v] (or 0 for the default), got %v",
+			return cfg, fmt.Errorf("%w: Timeouts.%s must be in [1ms, %v] (or 0 for the default), got %v",
 				ErrConnTableConfig, f.name, MaxConnTimeout, *f.d)
 		}
-		t.timeout[i] = uint32(Ticks(*f.d))
-		t.slack[i] = t.timeout[i] / 32
 	}
 	switch {
 	case cfg.ProveAfter == 0:
 		cfg.ProveAfter = min(DefaultProveAfter, cfg.Timeouts.Untrusted/2)
 	case cfg.ProveAfter < 0 || cfg.ProveAfter >= cfg.Timeouts.Untrusted:
-		return nil, fmt.Errorf("%w: ProveAfter must be in [0, Timeouts.Untrusted = %v), got %v",
+		return cfg, fmt.Errorf("%w: ProveAfter must be in [0, Timeouts.Untrusted = %v), got %v",
 			ErrConnTableConfig, cfg.Timeouts.Untrusted, cfg.ProveAfter)
+	}
+	if !(cfg.ProvenShare >= 0 && cfg.ProvenShare <= 1) {
+		return cfg, fmt.Errorf("%w: ProvenShare must be in (0, 1] (or 0 for 1), got %v", ErrConnTableConfig, cfg.ProvenShare)
+	}
+	return cfg, nil
+}
+
+// NewConnTable validates cfg and allocates the table.
+func NewConnTable(cfg ConnTableConfig) (*ConnTable, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	t := &ConnTable{}
+	for i, d := range []time.Duration{cfg.Timeouts.Untrusted, cfg.Timeouts.Established, cfg.Timeouts.Closing, cfg.Timeouts.UDP} {
+		t.timeout[i] = uint32(Ticks(d))
+		t.slack[i] = t.timeout[i] / 32
 	}
 	t.prove = uint32(Ticks(cfg.ProveAfter))
 	// Untrusted entries are never refreshed by a lookup: their last-seen
@@ -397,11 +420,8 @@ func NewConnTable(cfg ConnTableConfig) (*ConnTable, error) {
 	// lifetime without proof is the untrusted timeout.
 	t.slack[ClassUntrusted] = math.MaxInt32
 	t.cfg = cfg
-	switch {
-	case cfg.ProvenShare == 0:
+	if cfg.ProvenShare == 0 {
 		cfg.ProvenShare = 1
-	case !(cfg.ProvenShare > 0 && cfg.ProvenShare <= 1):
-		return nil, fmt.Errorf("%w: ProvenShare must be in (0, 1] (or 0 for 1), got %v", ErrConnTableConfig, cfg.ProvenShare)
 	}
 	t.v4 = newCtTable[[3]atomic.Uint64, [0]uint64](ctBucketsFor(cfg.Capacity), provenLimit(cfg.Capacity, cfg.ProvenShare))
 	t.v6 = newCtTable[[6]atomic.Uint64, [1]uint64](ctBucketsFor(cfg.IPv6Capacity), provenLimit(cfg.IPv6Capacity, cfg.ProvenShare))

@@ -71,11 +71,16 @@ func TestConnTableConfig(t *testing.T) {
 		{"sub-ms timeout", ConnTableConfig{Capacity: 1, Timeouts: Timeouts{UDP: time.Microsecond}}, "Timeouts.UDP"},
 		{"too long timeout", ConnTableConfig{Capacity: 1, Timeouts: Timeouts{Established: 8 * 24 * time.Hour}}, "Timeouts.Established"},
 		{"max timeout", ConnTableConfig{Capacity: 1, Timeouts: Timeouts{Established: MaxConnTimeout}}, ""},
+		{"prove after too long", ConnTableConfig{Capacity: 1, Timeouts: Timeouts{Untrusted: time.Second}, ProveAfter: time.Second}, "ProveAfter must be"},
+		{"proven share", ConnTableConfig{Capacity: 1, ProvenShare: 1.5}, "ProvenShare must be"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			// Check answers as NewConnTable does, without the table.
+			check := tt.cfg.Check()
 			ct, err := NewConnTable(tt.cfg)
 			if tt.err == "" {
+				require.NoError(t, check)
 				require.NoError(t, err)
 				require.NotNil(t, ct)
 				return
@@ -84,6 +89,7 @@ func TestConnTableConfig(t *testing.T) {
 			assert.True(t, errors.Is(err, ErrConnTableConfig))
 			assert.Contains(t, err.Error(), tt.err)
 			assert.Nil(t, ct)
+			require.Equal(t, err, check)
 		})
 	}
 }

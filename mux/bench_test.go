@@ -150,13 +150,13 @@ func muxBenchTraffic(n int) [][]byte {
 }
 
 // muxConnTable returns a connection table for flows flows with a quarter
-// of headroom (and room for a quarter of them in IPv6), placing keys by
-// the benchmark document's flow hash, so that the balance stage hashes
-// each packet once.
+// of headroom (and room for a quarter of them in IPv6), built as the Mux
+// builds its own (newConnTable): placing keys by the benchmark document's
+// flow hash, so that the balance stage hashes each packet once
+// (TestConnTableFleetHash).
 func muxConnTable(tb testing.TB, flows int) *flow.ConnTable {
 	c := flows + flows/4
-	h := flow.NewHasher(benchSeed)
-	ct, err := flow.NewConnTable(flow.ConnTableConfig{Capacity: c, IPv6Capacity: c / 4, Hasher: &h})
+	ct, err := newConnTable(flow.ConnTableConfig{Capacity: c, IPv6Capacity: c / 4}, benchSeed) // as the Mux builds it
 	require.NoError(tb, err)
 	return ct
 }

@@ -171,12 +171,14 @@ type Mux struct {
 	cfg     Config
 	log     *slog.Logger
 	rules   *flow.Rules
-	conns   *flow.ConnTable
 	checker *health.Checker
 	ctl     *Controller
 	watcher control.Source
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// conns is the connection table, built by connTable once the hash
+	// seed is known (nil before).
+	conns     *flow.ConnTable
 	resolver  *nexthop.Resolver // set by Run
 	announcer *bgp.Announcer
 	dp        *datapath.DataPath // the data path, set by Run once open
@@ -224,11 +226,13 @@ func New(cfg Config) (*Mux, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	conns, err := flow.NewConnTable(cfg.Conns)
-	if err != nil {
+	// The table itself is built with the data path (connTable), once the
+	// document's hash seed is known.
+	if err := cfg.Conns.Check(); err != nil {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
-	m := &Mux{cfg: cfg, log: cfg.Logger, rules: flow.NewRules(), conns: conns, partial: engine.NewPartialChecksums()}
+	m := &Mux{cfg: cfg, log: cfg.Logger, rules: flow.NewRules(), partial: engine.NewPartialChecksums()}
+	var err error
 	if m.sources, err = guard.NewSources(guard.SourcesConfig{Rules: m.rules}); err != nil {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
@@ -258,8 +262,40 @@ func (m *Mux) Controller() *Controller { return m.ctl }
 // Rules returns the published rules.
 func (m *Mux) Rules() *flow.Rules { return m.rules }
 
-// Conns returns the connection table.
-func (m *Mux) Conns() *flow.ConnTable { return m.conns }
+// Conns returns the connection table, or nil before Run has built it
+// (with the first document's hash seed).
+func (m *Mux) Conns() *flow.ConnTable {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.conns
+}
+
+// connTable returns the Mux's connection table, built on the first call
+// from Config.Conns with the fleet's flow hash of seed (the document's
+// hash_seed): the hash the balance stage computes for a 5-tuple rule's
+// Maglev pick is then where the table places the key, and each packet's
+// key is hashed once (balance.Stage.HashesOnce, TestConnTableFleetHash).
+// Later calls return the same table, whatever their seed.
+func (m *Mux) connTable(seed uint64) (*flow.ConnTable, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.conns == nil {
+		ct, err := newConnTable(m.cfg.Conns, seed)
+		if err != nil {
+			return nil, fmt.Errorf("mux: %w", err)
+		}
+		m.conns = ct
+	}
+	return m.conns, nil
+}
+
+// newConnTable builds a connection table of cfg placing keys by the
+// fleet's flow hash of seed (flow.ConnTableConfig.Hasher).
+func newConnTable(cfg flow.ConnTableConfig, seed uint64) (*flow.ConnTable, error) {
+	h := flow.NewHasher(seed)
+	cfg.Hasher = &h
+	return flow.NewConnTable(cfg)
+}
 
 // Status returns the document source's status (version, errors).
 func (m *Mux) Status() control.Status { return m.watcher.Status() }
@@ -290,9 +326,6 @@ func (m *Mux) Run(ctx context.Context) error {
 	defer side.Stop()
 	side.Go("next-hop resolver", resolver.Run)
 	side.Go("health checker", m.checker.Run)
-	side.Go("connection ager", func(ctx context.Context) error {
-		return node.Sweep(ctx, m.conns.Cap(), func(budget int) { m.conns.Age(m.conns.Now(), budget) })
-	})
 
 	// The first document: Run of the watcher applies it and every newer
 	// one; wait for the first before opening the data path.
@@ -310,10 +343,25 @@ func (m *Mux) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 
+	// The connection table, placing keys by the first document's flow
+	// hash (the one every pipeline of this data path computes), and its
+	// ager.
+	var seed uint64
+	if doc := m.ctl.Document(); doc != nil {
+		seed = doc.HashSeed
+	}
+	conns, err := m.connTable(seed)
+	if err != nil {
+		return err
+	}
+	side.Go("connection ager", func(ctx context.Context) error {
+		return node.Sweep(ctx, conns.Cap(), func(budget int) { conns.Age(conns.Now(), budget) })
+	})
+
 	// The data path, its steering program attached last; a failed open
 	// releases what it opened. From here on the controller keeps the
 	// program's rules in step with the documents.
-	dp, err := m.openDataPath(resolver)
+	dp, err := m.openDataPath(resolver, seed)
 	if err != nil {
 		return err
 	}
@@ -563,14 +611,12 @@ func (m *Mux) defaults(ifi *net.Interface) error {
 // towards a host whose next hop the resolver has not resolved yet goes
 // through the kernel instead of being dropped. Ports, by the builder's
 // rule: the uplink's socket (uplinkPort), then the slow path (slowPort).
-func (m *Mux) spec(resolver nexthop.Source) datapath.Spec {
+// seed is the flow hash seed the pipelines balance with (the connection
+// table's: see connTable).
+func (m *Mux) spec(resolver nexthop.Source, seed uint64) datapath.Spec {
 	var rules steer.Config
 	if plan := m.ctl.Plan(); plan != nil {
 		rules = plan.Steering
-	}
-	var seed uint64
-	if doc := m.ctl.Document(); doc != nil {
-		seed = doc.HashSeed
 	}
 	return datapath.Spec{
 		Interfaces: []datapath.Interface{{Name: m.cfg.Interface, Queues: m.cfg.Queues, Steer: rules}},
@@ -584,8 +630,8 @@ func (m *Mux) spec(resolver nexthop.Source) datapath.Spec {
 
 // openDataPath opens the data path of spec; on error nothing of it stays
 // open.
-func (m *Mux) openDataPath(resolver nexthop.Source) (*datapath.DataPath, error) {
-	dp, err := datapath.Open(m.spec(resolver), nil)
+func (m *Mux) openDataPath(resolver nexthop.Source, seed uint64) (*datapath.DataPath, error) {
+	dp, err := datapath.Open(m.spec(resolver, seed), nil)
 	if err != nil {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
@@ -617,13 +663,18 @@ func (m *Mux) closeDataPath(dp *datapath.DataPath) {
 // drop. It reads the client's packet length inside the tunnel.
 //
 // Each worker has its own balance stage; workers tells it how many share
-// the per-VIP budget of new flows.
+// the per-VIP budget of new flows. seed is the flow hash seed; the
+// connection table is built with it on the first call (connTable).
 func (m *Mux) pipeline(seed uint64, uplink int, resolver nexthop.Source, workers int) (*engine.Pipeline, error) {
+	conns, err := m.connTable(seed)
+	if err != nil {
+		return nil, err
+	}
 	icmp, err := balance.NewICMP(balance.ICMPConfig{Rules: m.rules})
 	if err != nil {
 		return nil, err
 	}
-	bal, err := balance.New(balance.Config{Rules: m.rules, Conns: m.conns, Hasher: flow.NewHasher(seed),
+	bal, err := balance.New(balance.Config{Rules: m.rules, Conns: conns, Hasher: flow.NewHasher(seed),
 		VIPShare: m.cfg.VIPShare, Workers: workers})
 	if err != nil {
 		return nil, err

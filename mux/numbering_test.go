@@ -12,7 +12,7 @@ import (
 // steering rules and is valid.
 func TestPortNumbering(t *testing.T) {
 	r := newMetricsRig(t, 1)
-	spec := r.m.spec(partialHops)
+	spec := r.m.spec(partialHops, 0)
 	require.NoError(t, spec.Validate())
 	require.Len(t, spec.Interfaces, 1)
 	require.Equal(t, r.m.ctl.Plan().Steering, spec.Interfaces[0].Steer)
