@@ -165,7 +165,9 @@
 // ambiguous for the first packet of a connection that is not a TCP SYN
 // (a UDP datagram): the stateless DSR match takes it.
 //
-// The SNAT translates TCP and UDP. New connections without a free port
+// The SNAT translates TCP and UDP; an outbound DIP's packets of other
+// protocols leave untranslated on Config.Direct (SNATStats.Passed), as
+// its traffic did before it was steered to the data path. New connections without a free port
 // are dropped (snat_exhausted), the table's refusals too
 // (snat_table_full); counters in SNATStats, flushed per batch with the
 // stages' own. Non-first fragments of outbound connections are not

@@ -209,22 +209,30 @@ func (t *Translator) replyPlain(v *view, sb *snatBatch, p *engine.Packet, q *flo
 // snatOut hands the packet p of the outbound DIP d to the SNAT: east-west
 // traffic (a destination in d's local prefixes) leaves untranslated on
 // Config.Direct (direct true), the rest is translated to the VIP, or
-// connects. A protocol the SNAT does not translate is DropNoState.
+// connects. A packet of a protocol the SNAT does not translate leaves
+// untranslated on Config.Direct too: the host routes it, as it did
+// before the DIP's traffic was steered to the data path.
 func (t *Translator) snatOut(sb *snatBatch, d *outDIP, p *engine.Packet, c *counts) (engine.DropReason, bool) {
 	k := &p.Key
 	if d.local.contains(k.Family, &k.Dst) {
-		if !t.hasDir {
-			return DropDirect, false
-		}
-		p.OutPort = t.direct
-		c[cSNAT+sLocal]++
-		return 0, true
+		return t.snatPass(p, sLocal, c)
 	}
 	r, handled := t.snat.outbound(sb, d, p, true, c)
 	if !handled {
-		return DropNoState, false
+		return t.snatPass(p, sPassed, c)
 	}
 	return t.snatDone(p, r)
+}
+
+// snatPass passes an outbound DIP's packet on untranslated, to
+// Config.Direct, counting it in the SNAT counter i.
+func (t *Translator) snatPass(p *engine.Packet, i int, c *counts) (engine.DropReason, bool) {
+	if !t.hasDir {
+		return DropDirect, false
+	}
+	p.OutPort = t.direct
+	c[cSNAT+i]++
+	return 0, true
 }
 
 // snatDone finishes a packet the SNAT translated (r == 0): it leaves on

@@ -67,6 +67,7 @@ type SNATStats struct {
 	Out       uint64 // packets translated DIP:sport → VIP:vport
 	In        uint64 // packets translated VIP:vport → DIP:sport
 	Local     uint64 // packets of outbound DIPs to local prefixes, passed on untranslated
+	Passed    uint64 // packets of outbound DIPs of protocols the SNAT does not translate, passed on untranslated
 	Created   uint64 // connections created (a port claimed)
 	Reused    uint64 // of those, given a port another live connection (another remote endpoint) holds
 	Exhausted uint64 // new connections dropped: no free port
@@ -532,7 +533,7 @@ func (s *SNAT) Stats() SNATStats {
 	}
 	rs := s.ret.Stats()
 	return SNATStats{
-		Out: c[sOut], In: c[sIn], Local: c[sLocal], Created: c[sCreated], Reused: c[sReused],
+		Out: c[sOut], In: c[sIn], Local: c[sLocal], Passed: c[sPassed], Created: c[sCreated], Reused: c[sReused],
 		Exhausted: c[sExhausted], Closed: c[sClosed], NoState: c[sNoState], Refused: c[sRefused], ICMP: c[sICMP],
 		Expired: rs.Expired + rs.Evictions + rs.Deletes, Entries: rs.Entries,
 	}
@@ -543,6 +544,7 @@ const (
 	sOut = iota
 	sIn
 	sLocal
+	sPassed
 	sCreated
 	sReused
 	sExhausted

@@ -308,8 +308,14 @@ func TestSNATPaths(t *testing.T) {
 	// rule.
 	require.Equal(t, "snat_no_state", e.back(udp(ap(remote, 53), ap(vipO, 2050)), vni).reason)
 	require.Equal(t, "nat_no_rule", e.back(udp(ap(remote, 53), ap(vipA, 2050)), vni).reason)
-	// ICMP is not the SNAT's (yet).
-	require.Equal(t, "nat_no_state", e.reply(pkt{src: ap(dip6, 0), dst: ap(remote6, 0), proto: flow.ProtoICMPv6}).reason)
+	// A protocol the SNAT does not translate leaves untranslated on the
+	// Direct port, for the host to route.
+	other := pkt{src: ap(dip6, 0), dst: ap(remote6, 0), proto: flow.ProtoICMPv6}
+	res = e.reply(other)
+	require.Empty(t, res.reason)
+	require.Equal(t, other.frame(), res.frame, "untranslated")
+	require.EqualValues(t, directPort, res.p.OutPort)
+	require.EqualValues(t, 1, e.s.Stats().Passed)
 	// A DIP without ranges.
 	e.s.SetAllocations(nil)
 	require.Equal(t, "snat_exhausted", e.out(syn(ap(dipA, 1000), ap(remote, 80))).reason)
