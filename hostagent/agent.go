@@ -26,6 +26,10 @@ import (
 // Config.NAT.Capacity is 0.
 const DefaultNATCapacity = 1 << 18
 
+// DefaultSNATCapacity is the source NAT's IPv4 capacity (outbound
+// connections) when Config.SNAT.Capacity is 0.
+const DefaultSNATCapacity = 1 << 17
+
 // Config is the Host Agent's process configuration; everything else comes
 // from the desired-state document at ConfigPath.
 type Config struct {
@@ -55,6 +59,10 @@ type Config struct {
 	// NAT sizes the NAT table (Capacity default DefaultNATCapacity) and
 	// sets its idle timeouts.
 	NAT nat.TableConfig
+	// SNAT sizes the source NAT of the VMs' outbound connections
+	// (Capacity default DefaultSNATCapacity; Timeouts default NAT's) and
+	// keys its port choice (Seed). Its Clock is ignored.
+	SNAT nat.SNATConfig
 	// Infra are infrastructure prefixes added to the document's
 	// infra_prefixes (the host's own address is always one).
 	Infra []netip.Prefix
@@ -100,6 +108,7 @@ type Agent struct {
 	log       *slog.Logger
 	rules     *flow.Rules
 	table     *nat.Table
+	snat      *nat.SNAT // shared by every data path, like table
 	endpoints encap.EndpointTable
 	snapshot  atomic.Pointer[agentSnapshot] // the workers' (publish)
 	watcher   control.Source
@@ -117,6 +126,10 @@ type Agent struct {
 	retNAT  nat.Stats
 	builds  uint64
 	failed  uint64 // rebuilds that failed: their versions were refused
+
+	// The outbound ranges in force: the running document's static ones
+	// and those given to SetOutboundAllocations.
+	outStatic, outGiven []flow.PortAllocation
 
 	partialMu sync.Mutex
 	partial   map[string]*engine.PartialChecksums // by input interface
@@ -155,7 +168,18 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hostagent: %w", err)
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, rules: flow.NewRules(), table: table,
+	if cfg.SNAT.Capacity == 0 {
+		cfg.SNAT.Capacity = DefaultSNATCapacity
+	}
+	if cfg.SNAT.Timeouts == (flow.Timeouts{}) {
+		cfg.SNAT.Timeouts = cfg.NAT.Timeouts
+	}
+	cfg.SNAT.Clock = nil
+	snat, err := nat.NewSNAT(cfg.SNAT)
+	if err != nil {
+		return nil, fmt.Errorf("hostagent: %w", err)
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger, rules: flow.NewRules(), table: table, snat: snat,
 		rebuild: make(chan *rebuild), runDone: make(chan struct{})}
 	if cfg.OnDIPHealth != nil {
 		if a.probe, err = newDIPProber(cfg.OnDIPHealth, cfg.Logger, nil); err != nil {
@@ -208,6 +232,36 @@ func (a *Agent) Rules() *flow.Rules { return a.rules }
 
 // Table returns the NAT table.
 func (a *Agent) Table() *nat.Table { return a.table }
+
+// SNAT returns the source NAT of the VMs' outbound connections.
+func (a *Agent) SNAT() *nat.SNAT { return a.snat }
+
+// SetOutboundAllocations sets the outbound port ranges this host's DIPs
+// hold besides the document's static ones (those a port allocator
+// claimed, fleet.PortAllocator): the source NAT uses both. A range no
+// longer given keeps its connections until they end (see nat.SNAT). It
+// implements node.OutboundAgent.
+func (a *Agent) SetOutboundAllocations(allocs []flow.PortAllocation) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.outGiven = slices.Clone(allocs)
+	a.setAllocations()
+}
+
+// OutboundUsage appends to dst how much of each outbound range in force,
+// and of each withdrawn range still holding connections, the source NAT
+// uses (nat.SNAT.Usage). It implements node.OutboundAgent.
+func (a *Agent) OutboundUsage(dst []flow.PortRangeUse) []flow.PortRangeUse {
+	return a.snat.Usage(dst)
+}
+
+// setAllocations gives the source NAT the static and the given ranges.
+// Called with a.mu held.
+func (a *Agent) setAllocations() {
+	all := make([]flow.PortAllocation, 0, len(a.outStatic)+len(a.outGiven))
+	all = append(append(all, a.outStatic...), a.outGiven...)
+	a.snat.SetAllocations(all)
+}
 
 // Forwarding reports whether the data path runs.
 func (a *Agent) Forwarding() bool {
@@ -384,6 +438,13 @@ type version struct {
 // held.
 func (a *Agent) set(v *version) {
 	a.plan, a.snap, a.locals, a.dips = v.plan, v.snap, v.locals, v.dips
+	if err := a.snat.SetOutbound(v.plan.Outbound); err != nil {
+		// The document was validated; only the SNAT's ID space (65535
+		// DIPs over its life) can refuse. The previous sections stay.
+		a.log.Error("hostagent: outbound sections not applied", "version", v.plan.Version, "err", err)
+	}
+	a.outStatic = v.plan.OutboundStatic
+	a.setAllocations()
 }
 
 // rebuild asks Run for a data path for v; Run answers on done (nil: it
@@ -480,6 +541,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	side.Go("next-hop resolver", resolver.Run)
 	side.Go("NAT table ager", func(ctx context.Context) error {
 		return node.Sweep(ctx, a.table.Conns().Cap(), func(budget int) { a.table.Age(a.table.Now(), budget) })
+	})
+	side.Go("SNAT ager", func(ctx context.Context) error {
+		out, _ := a.snat.Tables()
+		return node.Sweep(ctx, out.Cap(), func(budget int) { a.snat.Age(a.snat.Now(), budget) })
 	})
 	if a.probe != nil {
 		side.Go("DIP prober", a.probe.checker.Run)

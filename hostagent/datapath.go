@@ -29,6 +29,10 @@ import (
 //
 //	Parse{VNI} → client filter → TTL → partial checksums → nat.Return → nexthop.Stage(L3Dst)  (→ the uplink, DSR)
 //
+// The DIPs of the document's outbound sections also open connections
+// through nat.Return's source NAT (nat.SNAT, the agent's, shared by every
+// build), whose replies come back from the Muxes through nat.Inbound.
+//
 // (Decap accepts VXLAN only from Plan.TunnelSources; the filters drop
 // a client that is a VIP or a martian, package guard; TTL decrements the
 // reply's TTL / hop limit, as the host routes it.)
@@ -75,8 +79,10 @@ func (a *Agent) open(plan *Plan, dips *nat.DIPs, resolver *nexthop.Resolver, run
 	spec := a.spec(plan)
 	// Direct connections to a DIP (not through a VIP) leave by the slow
 	// path untranslated: the host's kernel routes them.
+	// Outbound connections of the document's outbound DIPs go through
+	// the source NAT, shared by every build like the table.
 	tr, err := nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra,
-		Direct: slowPort(plan), HasDirect: true})
+		Direct: slowPort(plan), HasDirect: true, SNAT: a.snat})
 	if err != nil {
 		return nil, fmt.Errorf("hostagent: %w", err)
 	}

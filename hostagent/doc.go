@@ -47,7 +47,28 @@
 //     infra_prefixes (health probers, Muxes), the host's own address and
 //     Config.Infra — so replies to health probes reach the kernel, which
 //     routes them. The VM's own traffic (outbound connections, DNS, ...)
-//     passes too.
+//     passes too — unless the DIP is listed in an outbound section
+//     (Plan.Outbound): then its port steers everything the DIP sends (a
+//     source rule of any port), except to the infrastructure prefixes
+//     and to multicast, broadcast and link-local destinations, and
+//     nat.Return hands what no DSR connection claims to the source NAT
+//     (nat.SNAT): connections leave with the VIP and a port of the DIP's
+//     ranges as their source, straight to the router; east-west traffic
+//     (the section's local prefixes) and protocols other than TCP and
+//     UDP go to the slow path untranslated, for the host to route.
+//
+// # Outbound connections
+//
+// The source NAT lives as long as the agent (like the NAT table, across
+// data path rebuilds). Its ranges are the document's static ones
+// (Plan.OutboundStatic) plus those given to SetOutboundAllocations — by a
+// port allocator in etcd (internal/node's Fleet.AllocatePorts, which
+// reads OutboundUsage to claim more or return idle ones). Replies reach a
+// Mux, whose range table sends them here in VXLAN in the DIP's VNI; the
+// uplink's nat.Inbound translates them back. Counters: SNAT().Stats(),
+// xdplb_outbound_*. Limits: an outbound DIP's packets to a VIP address
+// (another service of the fleet) are dropped by the client filter
+// (src_vip), as the VIP's source would not tell them from a spoofer's.
 //
 // # Probing its own DIPs
 //

@@ -11,7 +11,7 @@ import (
 // Collector returns a Prometheus collector of the agent's state. Everything
 // is read when Prometheus scrapes: the data path's per-worker counters
 // (summed, and kept across data path rebuilds), the NAT stages' counters
-// and table, the document's version, the steering programs and the AF_XDP
+// and table, the source NAT's (xdplb_outbound_*), the document's version, the steering programs and the AF_XDP
 // sockets. Nothing on the packet path touches a Prometheus API. The metric
 // names are the Mux's where the meaning is the same.
 func (a *Agent) Collector() prometheus.Collector { return agentCollector{a} }
@@ -33,6 +33,7 @@ var (
 
 func (c agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	nodemetrics.Describe(ch)
+	nodemetrics.DescribeOutbound(ch)
 	for _, d := range []*prometheus.Desc{descNAT, descNATFlows, descNATCap, descNATEv, descNATClass, descUp, descBuilds, descFailed, descDIPs, descDIPUp} {
 		ch <- d
 	}
@@ -75,6 +76,8 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descNATEv, ns.TableRefused, "refused")
 	counter(descNATEv, cs.Expired, "expired")
 	counter(descNATEv, cs.Evictions, "eviction")
+
+	nodemetrics.Outbound(ch, a.snat.Stats())
 
 	nodemetrics.Config(ch, a.watcher.Status())
 	for _, v := range a.DIPHealth() {

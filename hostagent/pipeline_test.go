@@ -105,7 +105,7 @@ func agentPipelines(t testing.TB, doc *control.Document, natCapacity int) (*Agen
 	plan, dips := a.plan, a.dips
 	a.mu.Unlock()
 	tr, err := nat.New(nat.Config{Rules: a.rules, Table: a.table, Uplink: UplinkPort, Infra: plan.Infra,
-		Direct: slowPort(plan), HasDirect: true})
+		Direct: slowPort(plan), HasDirect: true, SNAT: a.snat})
 	require.NoError(t, err)
 	tr.SetDIPs(dips)
 	inbound, returns, err := a.pipelines(plan, tr, uplinkIndex, fixedHop)

@@ -9,6 +9,7 @@ import (
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/encap"
 	"github.com/xdplb/xdplb/engine/steer"
+	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/header"
 	"github.com/xdplb/xdplb/health"
 	"github.com/xdplb/xdplb/nat"
@@ -58,6 +59,25 @@ type Plan struct {
 	// Probes are the host's DIPs that the agent probes when it reports
 	// health (Config.OnDIPHealth): see DIPProbe.
 	Probes []DIPProbe
+	// Outbound are the document's outbound sections that name VMs of
+	// this host, each with only those DIPs: the source NAT's
+	// configuration (nat.SNAT.SetOutbound). Their DIPs' VM ports steer
+	// all their packets to the data path (a source rule of any port).
+	Outbound []nat.Outbound
+	// OutboundStatic are the document's static ranges of those DIPs, as
+	// allocations owned by this host: always in force, the ranges the
+	// agent is given (Agent.SetOutboundAllocations) are added to them.
+	OutboundStatic []flow.PortAllocation
+}
+
+// outboundVeto are destinations whose packets a VM port with outbound
+// DIPs never steers, on top of the infrastructure prefixes: multicast,
+// the limited broadcast and link-local addresses, which no source NAT
+// translates and the data path's guard would drop (their traffic goes to
+// the host's kernel, as before the DIPs were outbound).
+var outboundVeto = []netip.Prefix{
+	netip.MustParsePrefix("224.0.0.0/4"), netip.MustParsePrefix("255.255.255.255/32"),
+	netip.MustParsePrefix("169.254.0.0/16"), netip.MustParsePrefix("ff00::/8"), netip.MustParsePrefix("fe80::/10"),
 }
 
 // DIPProbe is one DIP of this host to probe: a VM on the host that is a
@@ -210,10 +230,7 @@ func NewPlan(doc *control.Document, host string, extraInfra []netip.Prefix) (*Pl
 	// Steering: which DIP endpoints serve a VIP. A backend port of 0
 	// keeps the VIP port; an all-ports VIP with such a backend serves
 	// every port of the DIP (port 0 in the rule).
-	type vniAddr struct {
-		vni  uint32
-		addr netip.Addr
-	}
+	type vniAddr = vmKey
 	portOf := map[vniAddr]int{}
 	for _, vm := range h.VMs {
 		portOf[vniAddr{vm.VNI, vm.Address}] = byName[vm.Interface]
@@ -235,9 +252,13 @@ func NewPlan(doc *control.Document, host string, extraInfra []netip.Prefix) (*Pl
 		}
 	}
 	p.Probes = probesOf(doc, h, byName)
+	outPorts := p.outbound(doc, portOf)
 	for i := range p.Ports {
 		vp := &p.Ports[i]
 		vp.Steer.Infra = p.Infra
+		if outPorts[i] {
+			vp.Steer.Infra = append(slices.Clone(p.Infra), outboundVeto...)
+		}
 		if err := vp.Steer.Validate(); err != nil {
 			return nil, fmt.Errorf("hostagent: host %q: interface %s: %w", h.Name, vp.Interface, err)
 		}
@@ -249,6 +270,48 @@ func NewPlan(doc *control.Document, host string, extraInfra []netip.Prefix) (*Pl
 	}
 	p.Uplink = p.Uplink.Normalize()
 	return p, nil
+}
+
+// outbound fills p.Outbound and p.OutboundStatic from doc's outbound
+// sections, adds a source rule of any port for each outbound DIP to its
+// VM port's steering, and reports which ports (by index) have one.
+// portOf maps the host's VMs (VNI, address) to their port index.
+func (p *Plan) outbound(doc *control.Document, portOf map[vmKey]int) map[int]bool {
+	macOf := map[vmKey][6]byte{}
+	for _, vm := range p.Host.VMs {
+		macOf[vmKey{vm.VNI, vm.Address}] = vm.MAC
+	}
+	ports := map[int]bool{}
+	for i := range doc.Outbound {
+		ob := &doc.Outbound[i]
+		sec := nat.Outbound{VIP: ob.Address, VNI: ob.VNI, Local: slices.Clone(ob.Local)}
+		for _, d := range ob.DIPs {
+			k, ok := portOf[vmKey{ob.VNI, d}]
+			if !ok {
+				continue
+			}
+			sec.DIPs = append(sec.DIPs, d)
+			ports[k] = true
+			vp := &p.Ports[k]
+			vp.Steer.Src = append(vp.Steer.Src, steer.SrcRule{Addr: d, Port: 0})
+			for _, st := range ob.Static {
+				if st.DIP == d {
+					p.OutboundStatic = append(p.OutboundStatic, flow.PortAllocation{VIP: ob.Address, First: st.Ports.First, Last: st.Ports.Last,
+						Owner: flow.PortOwner{DIP: d, Host: p.Host.Address, VNI: ob.VNI, MAC: macOf[vmKey{ob.VNI, d}]}})
+				}
+			}
+		}
+		if len(sec.DIPs) > 0 {
+			p.Outbound = append(p.Outbound, sec)
+		}
+	}
+	return ports
+}
+
+// vmKey names a VM: its VNI and address.
+type vmKey struct {
+	vni  uint32
+	addr netip.Addr
 }
 
 // probesOf lists the DIPs of host h to probe: the backends of VIPs with

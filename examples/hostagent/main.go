@@ -32,12 +32,15 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/engine/afxdp"
 	"github.com/xdplb/xdplb/engine/steer"
 	"github.com/xdplb/xdplb/fleet"
 	"github.com/xdplb/xdplb/hostagent"
 	"github.com/xdplb/xdplb/internal/node"
+	"github.com/xdplb/xdplb/internal/nodemetrics"
 )
 
 func main() {
@@ -170,6 +173,17 @@ func run(cfg hostagent.Config, fl *node.Fleet, agent *atomic.Pointer[hostagent.A
 		return err
 	}
 	agent.Store(a)
+	collectors := []prometheus.Collector{a.Collector()}
+	if fl != nil {
+		// Outbound port ranges: claimed in etcd for this host's DIPs (by
+		// the fleet's Run) and handed to the source NAT; a port is never
+		// given to another DIP while a connection of the NAT's longest
+		// timeout may still use it.
+		if err := fl.AllocatePorts(a, a.SNAT().MaxTimeout()); err != nil {
+			return err
+		}
+		collectors = append(collectors, nodemetrics.OutboundRanges(fl.AllocationCounters))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if fl != nil {
@@ -180,7 +194,7 @@ func run(cfg hostagent.Config, fl *node.Fleet, agent *atomic.Pointer[hostagent.A
 		defer fl.SetDataPath("stopped")
 	}
 	node.ReloadOnHUP(log, "hostagent", a.Reload)
-	defer node.ServeMetrics(log, "hostagent", metricsAddr, a.Collector())()
+	defer node.ServeMetrics(log, "hostagent", metricsAddr, collectors...)()
 	err = a.Run(ctx)
 	s, n := a.Stats(), a.NATStats()
 	log.Info("hostagent: stopped", "rx", s.RX, "tx", s.TX, "inbound", n.Inbound,
@@ -213,6 +227,12 @@ func printPlan(p *hostagent.Plan) {
 	}
 	for _, e := range p.Endpoints {
 		fmt.Printf("  DIPs %v MAC %v VNI %d on port %d\n", e.Addrs, e.MAC, e.VNI, e.OutPort)
+	}
+	for _, o := range p.Outbound {
+		fmt.Printf("outbound: %v (VNI %d) through %v; local, never translated: %v\n", o.DIPs, o.VNI, o.VIP, o.Local)
+	}
+	for _, a := range p.OutboundStatic {
+		fmt.Printf("  static range %v:%d-%d for %v\n", a.VIP, a.First, a.Last, a.Owner.DIP)
 	}
 	for _, dp := range p.Probes {
 		fmt.Printf("probe (with -probe-dips) %v through %s: %s every %v (VIP %s)\n", dp.Key(), dp.Interface, dp.Spec.Type, dp.Spec.Interval, dp.VIP)
