@@ -539,12 +539,26 @@ func (t *ConnTable) LookupPrepared(q *ConnQuery, now Tick) (backend uint32, clas
 // entry was last written or refreshed: for an untrusted entry, which
 // lookups never refresh, how long ago it was stored. Pass it to Next.
 func (t *ConnTable) LookupPreparedAge(q *ConnQuery, now Tick) (backend uint32, class StateClass, age Tick, ok bool) {
+	return t.lookupPrepared(q, now, true)
+}
+
+// PeekPrepared is LookupPrepared without the refresh: it tells whether
+// the flow is live without keeping it alive. For a caller that asks about
+// flows other than the packet's own — a source NAT probing candidate
+// ports for a free one must not extend the lives of the connections it
+// finds.
+func (t *ConnTable) PeekPrepared(q *ConnQuery, now Tick) (backend uint32, class StateClass, ok bool) {
+	backend, class, _, ok = t.lookupPrepared(q, now, false)
+	return backend, class, ok
+}
+
+func (t *ConnTable) lookupPrepared(q *ConnQuery, now Tick, refresh bool) (backend uint32, class StateClass, age Tick, ok bool) {
 	var seen Tick
 	switch q.family {
 	case FamilyIPv4:
-		backend, class, seen, ok = t.v4.lookupFrom(&q.p, q.hash, q.i1, q.i2, q.h1, q.h2, now, t)
+		backend, class, seen, ok = t.v4.lookupFrom(&q.p, q.hash, q.i1, q.i2, q.h1, q.h2, now, t, refresh)
 	case FamilyIPv6:
-		backend, class, seen, ok = t.v6.lookupFrom(&q.p, q.hash, q.i1, q.i2, q.h1, q.h2, now, t)
+		backend, class, seen, ok = t.v6.lookupFrom(&q.p, q.hash, q.i1, q.i2, q.h1, q.h2, now, t, refresh)
 	}
 	if !ok {
 		return 0, 0, 0, false

@@ -310,7 +310,7 @@ func (t *ctTable[S, P]) search(k *ctKey, i1, i2, tag uint64) (bi uint64, j int, 
 // lookup implements ConnTable.Lookup for one key width.
 func (t *ctTable[S, P]) lookup(k *ctKey, hash uint64, now Tick, c *ConnTable) (uint32, StateClass, bool) {
 	i1, i2 := t.index(hash)
-	b, cls, _, ok := t.lookupFrom(k, hash, i1, i2, t.b[i1].hdr.Load(), t.b[i2].hdr.Load(), now, c)
+	b, cls, _, ok := t.lookupFrom(k, hash, i1, i2, t.b[i1].hdr.Load(), t.b[i2].hdr.Load(), now, c, true)
 	return b, cls, ok
 }
 
@@ -339,7 +339,7 @@ func (b *ctBucket[S, P]) line(l uintptr) *atomic.Uint64 {
 // lookupFrom is lookup with the buckets and their headers already loaded
 // (a header may be stale: probe validates it as the seqlock's first read).
 // It also returns the entry's last-seen tick as read (before any refresh).
-func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, i1, i2, h1, h2 uint64, now Tick, c *ConnTable) (uint32, StateClass, Tick, bool) {
+func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, i1, i2, h1, h2 uint64, now Tick, c *ConnTable, refresh bool) (uint32, StateClass, Tick, bool) {
 	tag := ctTag(hash)
 	// search, written out.
 	b := &t.b[i1]
@@ -359,7 +359,7 @@ func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, i1, i2, h1, h2 uint64, now Ti
 	if ctIdle(now, seen, c.timeout[cls]) {
 		return 0, 0, 0, false
 	}
-	if int32(uint32(now-seen)) > int32(c.slack[cls]) {
+	if refresh && int32(uint32(now-seen)) > int32(c.slack[cls]) {
 		// Refresh last-seen, but only once it lags by more than 1/32 of the
 		// class's timeout: a flow's value word is written a few dozen times
 		// per timeout, not per packet, and an entry expires at most 3%

@@ -495,3 +495,32 @@ func TestStateClassAdvance(t *testing.T) {
 		assert.Equal(t, tt.want, tt.cur.Advance(tt.seen), "%v + %v", tt.cur, tt.seen)
 	}
 }
+
+// TestConnTablePeek: PeekPrepared finds a live flow like LookupPrepared
+// but never refreshes it, so a flow only peeked at expires a timeout
+// after its last real use (a lookup keeps it alive).
+func TestConnTablePeek(t *testing.T) {
+	tab, err := NewConnTable(ConnTableConfig{Capacity: 1024})
+	require.NoError(t, err)
+	to := Ticks(DefaultTimeouts().Established)
+	for _, peek := range []bool{true, false} {
+		k := Key{Family: FamilyIPv4, Proto: ProtoTCP, SrcPort: 1000, DstPort: 80}
+		if peek {
+			k.SrcPort = 1001
+		}
+		var q ConnQuery
+		tab.Prepare(&q, &k)
+		require.True(t, tab.InsertPrepared(&q, 7, ClassEstablished, 0).Stored())
+		var b uint32
+		var ok bool
+		if peek {
+			b, _, ok = tab.PeekPrepared(&q, to-1)
+		} else {
+			b, _, ok = tab.LookupPrepared(&q, to-1)
+		}
+		require.True(t, ok)
+		require.EqualValues(t, 7, b)
+		_, _, ok = tab.PeekPrepared(&q, to+1)
+		require.Equal(t, !peek, ok, "peek %v: alive a timeout after the insert only if the lookup refreshed it", peek)
+	}
+}

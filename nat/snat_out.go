@@ -144,7 +144,10 @@ func (s *SNAT) connect(sb *snatBatch, d *outDIP, p *engine.Packet, q *flow.ConnQ
 		rk.DstPort = vport
 		s.ret.Prepare(&rq, &rk)
 		val := uint32(d.vipID)<<16 | uint32(vport)
-		if v, cls, ok := s.ret.LookupPrepared(&rq, sb.now); ok {
+		// A peek: probing a port must not keep another connection's
+		// entry alive, or new connections retrying while the range is
+		// full would keep it full forever.
+		if v, cls, ok := s.ret.PeekPrepared(&rq, sb.now); ok {
 			if v == want {
 				// This connection's own returning entry, whose outgoing
 				// one went missing: take the port back.

@@ -205,8 +205,13 @@ func TestSNATExhaustion(t *testing.T) {
 	require.Equal(t, vps[3], vport(t, e.out(fin)))
 	require.EqualValues(t, 1, e.s.Stats().Closed)
 	require.Equal(t, "snat_exhausted", e.out(syn(ap(dipA, 2000), dst)).reason, "closing still holds the port")
-	e.now += flow.Ticks(flow.DefaultTimeouts().Closing) + 1
-	require.Equal(t, vps[3], vport(t, e.out(syn(ap(dipA, 2000), dst))), "the freed port")
+	// A VM retrying meanwhile must not keep the closing connection alive
+	// by probing its port.
+	half := flow.Ticks(flow.DefaultTimeouts().Closing / 2)
+	e.now += half
+	require.Equal(t, "snat_exhausted", e.out(syn(ap(dipA, 2000), dst)).reason, "closing still holds the port")
+	e.now += half + 1
+	require.Equal(t, vps[3], vport(t, e.out(syn(ap(dipA, 2000), dst))), "the freed port, a closing timeout after the FIN")
 	require.Equal(t, "snat_exhausted", e.out(syn(ap(dipA, 2001), dst)).reason)
 
 	// Unanswered SYNs (untrusted) expire and free their ports.
