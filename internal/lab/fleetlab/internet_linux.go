@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/xdplb/xdplb/internal/lab/netlab"
 )
@@ -149,4 +151,75 @@ func (s *InternetServer) Close() error {
 	}
 	s.wg.Wait()
 	return err
+}
+
+// InternetConn is a TCP connection from a VM to an InternetServer
+// (DialInternet).
+type InternetConn struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+// DialInternet opens a TCP connection from namespace n to to, an
+// InternetServer's port.
+func DialInternet(n *netlab.NS, to netip.AddrPort, timeout time.Duration) (*InternetConn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := n.Dial(ctx, network("tcp", to.Addr()), to.String())
+	if err != nil {
+		return nil, err
+	}
+	return &InternetConn{c: c, br: bufio.NewReader(c)}, nil
+}
+
+// Ask sends token on the connection and returns the source address and
+// port the server saw; its answer must echo the token.
+func (c *InternetConn) Ask(token string, timeout time.Duration) (netip.AddrPort, error) {
+	if err := c.c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return netip.AddrPort{}, err
+	}
+	if _, err := fmt.Fprintf(c.c, "%s\n", token); err != nil {
+		return netip.AddrPort{}, err
+	}
+	line, err := c.br.ReadString('\n')
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	return parseSeen(line, token)
+}
+
+// Close closes the connection.
+func (c *InternetConn) Close() error { return c.c.Close() }
+
+// AskInternetUDP sends token in one datagram from namespace n to to, an
+// InternetServer's UDP port, and returns the source the server saw.
+func AskInternetUDP(n *netlab.NS, to netip.AddrPort, token string, timeout time.Duration) (netip.AddrPort, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := n.Dial(ctx, network("udp", to.Addr()), to.String())
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return netip.AddrPort{}, err
+	}
+	if _, err := c.Write([]byte(token + "\n")); err != nil {
+		return netip.AddrPort{}, err
+	}
+	buf := make([]byte, 512)
+	k, err := c.Read(buf)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	return parseSeen(string(buf[:k]), token)
+}
+
+// parseSeen reads an InternetServer's answer "ADDR:PORT token\n".
+func parseSeen(line, token string) (netip.AddrPort, error) {
+	seen, got, ok := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
+	if !ok || got != token {
+		return netip.AddrPort{}, fmt.Errorf("answer %q to token %q", line, token)
+	}
+	return netip.ParseAddrPort(seen)
 }

@@ -1,0 +1,186 @@
+package e2e
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdplb/xdplb/control"
+	"github.com/xdplb/xdplb/internal/lab/fleetlab"
+)
+
+// Outbound connections through the VIP (issue 13): the fleet lab's four
+// VMs use the web VIP as their source towards an "internet" namespace
+// behind the router. Each VM has a static range of obRange ports; the
+// Host Agents translate VM:port → VIP:port and send the packets straight
+// to the router; the replies, addressed to the VIP, reach a Mux, whose
+// range table sends them to the VM's host, which translates them back.
+const (
+	obFirst   = 10240 // the first VM's range starts here
+	obRange   = 512   // ports per VM
+	obConns   = 1000  // concurrent TCP connections per VM: more than obRange
+	obUDP     = 50    // UDP exchanges per VM
+	obDialers = 16    // connections opened at once per VM
+)
+
+// obServerPorts are the internet server's TCP ports: with several remote
+// endpoints a VM's range serves more connections than it has ports.
+var obServerPorts = []uint16{7001, 7002, 7003, 7004, 7005, 7006, 7007, 7008}
+
+const obUDPPort = 7100
+
+// outboundSection is the lab's outbound section: every VM of flVMs may
+// use the VIP as its source, with obRange ports each from obFirst.
+func outboundSection() control.Outbound {
+	return fleetlab.StaticOutbound(flVIP, fleetlab.FleetVNI, flVMs, obFirst, obRange, 64)
+}
+
+// TestOutboundSNAT shows source NAT through the VIP end to end: 4 VMs
+// hold obConns concurrent TCP connections each (4,000 in all) and make
+// UDP exchanges to the internet namespace; the server sees only the VIP,
+// each VM's connections on its own range, none failed; a VM holds more
+// connections than its range has ports (ports are reused per remote
+// endpoint); the replies cross the Muxes (counted by their range table).
+func TestOutboundSNAT(t *testing.T) {
+	ob := outboundSection()
+	l := newFleetLabOf(t, func(d *fleetlab.Doc) { d.Outbound = []control.Outbound{ob} })
+	inet, err := l.fleet.AttachInternet()
+	require.NoError(t, err)
+	srv, err := fleetlab.ServeInternet(inet, fleetlab.InternetAddr, obServerPorts, obUDPPort)
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Close() })
+	returnsBefore := l.muxReturns()
+
+	results := make([]obResult, len(flVMs))
+	var wg sync.WaitGroup
+	for i, vm := range flVMs {
+		rng, ok := fleetlab.StaticRange(ob, vm.Addr)
+		require.True(t, ok)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = openOutbound(l, vm, rng)
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, r := range results {
+			for _, c := range r.conns {
+				c.Close()
+			}
+		}
+	})
+	for i, r := range results {
+		require.NoError(t, r.err, "%s", flVMs[i].Name)
+		require.Len(t, r.conns, obConns, "%s: connections open", flVMs[i].Name)
+		require.LessOrEqual(t, len(r.ports), obRange, "%s", flVMs[i].Name)
+		t.Logf("%s: %d connections on %d VIP ports of its %d", flVMs[i].Name, len(r.conns), len(r.ports), obRange)
+	}
+	open, _ := srv.Open()
+	require.EqualValues(t, len(flVMs)*obConns, open, "every connection open at once on the server")
+
+	// Every held connection still works: a second exchange on each.
+	for i, vm := range flVMs {
+		rng, _ := fleetlab.StaticRange(ob, vm.Addr)
+		for k, c := range results[i].conns {
+			seen, err := c.Ask(fmt.Sprintf("%s-again-%d", vm.Name, k), 10*time.Second)
+			require.NoError(t, err, "%s connection %d, second exchange", vm.Name, k)
+			requireOnRange(t, seen, rng, vm.Name)
+		}
+	}
+
+	// UDP: each exchange is a new flow; the answer comes back through a Mux.
+	for _, vm := range flVMs {
+		rng, _ := fleetlab.StaticRange(ob, vm.Addr)
+		for k := range obUDP {
+			seen, err := fleetlab.AskInternetUDP(l.fleet.VMs[vm.Name], netip.AddrPortFrom(fleetlab.InternetAddr, obUDPPort),
+				fmt.Sprintf("%s-udp-%d", vm.Name, k), 5*time.Second)
+			require.NoError(t, err, "%s UDP exchange %d", vm.Name, k)
+			requireOnRange(t, seen, rng, vm.Name)
+		}
+	}
+
+	srcs := srv.Sources()
+	require.Equal(t, map[netip.Addr]int{flVIP: len(flVMs) * (obConns + obUDP)}, srcs,
+		"the internet saw only the VIP, once per connection and datagram")
+	returns := l.muxReturns() - returnsBefore
+	// Each TCP connection got at least its SYN-ACK and two answers back,
+	// each UDP exchange one answer, all through a Mux's range table.
+	require.GreaterOrEqual(t, returns, float64(len(flVMs)*(3*obConns+obUDP)), "replies counted by the Muxes' range tables")
+	t.Logf("%d replies crossed the Muxes' range tables", int(returns))
+}
+
+// obResult is what one VM's connections gave.
+type obResult struct {
+	conns []*fleetlab.InternetConn
+	ports map[uint16]int // the VIP ports the server saw, with how many connections each
+	err   error
+}
+
+// openOutbound opens obConns connections from vm to the internet server,
+// spread over its ports, one exchange each, and checks that each shows
+// the VIP on a port of rng.
+func openOutbound(l *fleetLab, vm fleetlab.VM, rng control.PortRange) (r obResult) {
+	n := l.fleet.VMs[vm.Name]
+	r.ports = map[uint16]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range obDialers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range next {
+				to := netip.AddrPortFrom(fleetlab.InternetAddr, obServerPorts[k%len(obServerPorts)])
+				c, err := fleetlab.DialInternet(n, to, 10*time.Second)
+				var seen netip.AddrPort
+				if err == nil {
+					seen, err = c.Ask(fmt.Sprintf("%s-%d", vm.Name, k), 10*time.Second)
+				}
+				if err == nil && (seen.Addr() != flVIP || seen.Port() < rng.First || seen.Port() > rng.Last) {
+					err = fmt.Errorf("the server saw %v, want %v on %v", seen, flVIP, rng)
+				}
+				mu.Lock()
+				if c != nil {
+					r.conns = append(r.conns, c)
+				}
+				if err != nil && r.err == nil {
+					r.err = fmt.Errorf("connection %d to %v: %w", k, to, err)
+				}
+				if err == nil {
+					r.ports[seen.Port()]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for k := range obConns {
+		next <- k
+	}
+	close(next)
+	wg.Wait()
+	return r
+}
+
+func requireOnRange(t *testing.T, seen netip.AddrPort, rng control.PortRange, vm string) {
+	t.Helper()
+	require.Equal(t, flVIP, seen.Addr(), "%s: the server saw %v", vm, seen)
+	require.True(t, seen.Port() >= rng.First && seen.Port() <= rng.Last, "%s: port %d outside its range %v", vm, seen.Port(), rng)
+}
+
+// muxReturns is the replies to outbound connections both Muxes have sent
+// to their owners' hosts.
+func (l *fleetLab) muxReturns() float64 {
+	l.t.Helper()
+	var sum float64
+	for i := range l.muxes {
+		m, err := l.muxMetrics(i)
+		require.NoError(l.t, err)
+		sum += fleetlab.SumMetric(m, "xdplb_vip_return_packets_total")
+	}
+	return sum
+}
