@@ -29,6 +29,7 @@ func (t *topo) startEtcd(ctx context.Context) error {
 	d := fleetlab.FleetShared(1, t.bird != nil, services, pool, vms6)
 	d.Hosts = append(d.Hosts, kernelHost.Host()) // host3: kvx3's host, left out of the hosts section
 	d.InboundNAT = inboundNAT
+	d.Outbound = []control.Outbound{outboundSection(true)}
 	text, err := d.Marshal()
 	if err != nil {
 		return err

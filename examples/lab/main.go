@@ -118,7 +118,7 @@ func run(ctx context.Context, duration time.Duration, conns int, keep, useEtcd b
 	if err != nil {
 		return err
 	}
-	t := &topo{dir: dir, lab: lab}
+	t := &topo{dir: dir, lab: lab, useEtcd: useEtcd}
 	defer func() {
 		fmt.Println("tearing down: stopping the processes, removing the namespaces")
 		t.stopAll(15 * time.Second)
@@ -134,7 +134,7 @@ func run(ctx context.Context, duration time.Duration, conns int, keep, useEtcd b
 		os.RemoveAll(dir)
 	}()
 
-	fmt.Println("building the topology: 2 clients, router, 2 Muxes, 2 hosts, 4 VMs, host3 with a kernel vxlan device")
+	fmt.Println("building the topology: 2 clients, router, 2 Muxes, 2 hosts, 4 VMs, host3 with a kernel vxlan device, an internet namespace")
 	if err := t.build(); err != nil {
 		return err
 	}
@@ -203,6 +203,7 @@ func run(ctx context.Context, duration time.Duration, conns int, keep, useEtcd b
 	after := scrapeAll(t)
 	report(t, res, before, after, conns)
 	inboundNATReport(t)
+	outboundReport(ctx, t)
 	if useEtcd {
 		t.fleetStatus(ctx)
 	}
@@ -255,6 +256,9 @@ func runRole(role, ifname, config, host, nodeName, etcdEPs, metricsAddr string) 
 		}
 		if fl != nil {
 			if err := fl.WatchHealth(m.Controller().SetDIPHealth); err != nil {
+				return err
+			}
+			if err := fl.WatchPortAllocations(m.Controller()); err != nil {
 				return err
 			}
 		}
@@ -312,8 +316,10 @@ func (t *topo) serveVMs() error {
 		}
 	}
 	kvx := pool[len(pool)-1]
-	_, err := fleetlab.ServeKernelVXLAN(t.kernel, kernelHost, kvx.Name, vipTCP, vipUDP)
-	return err
+	if _, err := fleetlab.ServeKernelVXLAN(t.kernel, kernelHost, kvx.Name, vipTCP, vipUDP); err != nil {
+		return err
+	}
+	return t.serveInternet()
 }
 
 // waitReady waits until the router routes the VIP over both Muxes, every

@@ -89,6 +89,10 @@ type topo struct {
 
 	kernel *netlab.NS // host3's namespace
 
+	inet       *netlab.NS // the internet behind the router
+	inetServer *fleetlab.InternetServer
+	useEtcd    bool // the nodes take the document from etcd
+
 	etcd       etcdlab.Cluster // -control etcd: the lab's etcd
 	etcdServer *embed.Etcd
 }
@@ -103,7 +107,10 @@ func (t *topo) build() error {
 	if err := f.AddIPv6(vms6); err != nil {
 		return err
 	}
-	t.kernel, err = f.AttachKernelVXLAN(kernelHost, "h3", fleetlab.FleetKernelVXLANSubnet)
+	if t.kernel, err = f.AttachKernelVXLAN(kernelHost, "h3", fleetlab.FleetKernelVXLANSubnet); err != nil {
+		return err
+	}
+	t.inet, err = f.AttachInternet()
 	return err
 }
 
@@ -118,6 +125,7 @@ func (t *topo) writeDocument(mux int) (string, error) {
 	d := fleetlab.FleetDoc6(1, mux, t.bird != nil, services, pool, vms6)
 	d.Hosts = append(d.Hosts, kernelHost.Host()) // host3: kvx3's host, left out of the hosts section
 	d.InboundNAT = inboundNAT
+	d.Outbound = []control.Outbound{outboundSection(false)}
 	return path, fleetlab.WriteDocument(path, d)
 }
 
