@@ -184,3 +184,70 @@ func (l *fleetLab) muxReturns() float64 {
 	}
 	return sum
 }
+
+// TestOutboundExhaustion gives vm11 one range of 8 ports and opens
+// connections to one remote endpoint (each needs its own port): the
+// ninth cannot get a port. That failure is counted on vm11's host
+// (snat_exhausted), the eight open connections keep working, and once
+// one of them is closed its port comes back for a new connection.
+func TestOutboundExhaustion(t *testing.T) {
+	const small = 8
+	vm := flVMs[0] // vm11, on host1
+	ob := fleetlab.StaticOutbound(flVIP, fleetlab.FleetVNI, []fleetlab.VM{vm}, obFirst, small, small)
+	l := newFleetLabOf(t, func(d *fleetlab.Doc) { d.Outbound = []control.Outbound{ob} })
+	inet, err := l.fleet.AttachInternet()
+	require.NoError(t, err)
+	srv, err := fleetlab.ServeInternet(inet, fleetlab.InternetAddr, obServerPorts[:1], 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Close() })
+	n := l.fleet.VMs[vm.Name]
+	to := netip.AddrPortFrom(fleetlab.InternetAddr, obServerPorts[0])
+	rng, _ := fleetlab.StaticRange(ob, vm.Addr)
+
+	var conns []*fleetlab.InternetConn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	ports := map[uint16]bool{}
+	for k := range small {
+		c, err := fleetlab.DialInternet(n, to, 10*time.Second)
+		require.NoError(t, err, "connection %d of %d", k+1, small)
+		conns = append(conns, c)
+		seen, err := c.Ask(fmt.Sprintf("c%d", k), 10*time.Second)
+		require.NoError(t, err)
+		requireOnRange(t, seen, rng, vm.Name)
+		ports[seen.Port()] = true
+	}
+	require.Len(t, ports, small, "one port per connection to the same endpoint")
+
+	exhausted := func() float64 {
+		m, err := l.agentMetrics(0)
+		require.NoError(t, err)
+		return m[`xdplb_drops_total{reason="snat_exhausted"}`]
+	}
+	before := exhausted()
+	_, err = fleetlab.DialInternet(n, to, 3*time.Second)
+	require.Error(t, err, "a ninth connection to the same endpoint: the range has no port left")
+	require.Greater(t, exhausted(), before, "the exhaustion is counted on the VM's host")
+
+	for k, c := range conns {
+		_, err := c.Ask(fmt.Sprintf("still-%d", k), 10*time.Second)
+		require.NoError(t, err, "connection %d still works after the exhaustion", k)
+	}
+
+	// Freeing a connection returns its port (once its closing state has
+	// timed out).
+	require.NoError(t, conns[0].Close())
+	conns = conns[1:]
+	waitFor(t, "a new connection on the freed port", time.Minute, func() bool {
+		c, err := fleetlab.DialInternet(n, to, 2*time.Second)
+		if err != nil {
+			return false
+		}
+		conns = append(conns, c)
+		seen, err := c.Ask("after", 5*time.Second)
+		return err == nil && seen.Addr() == flVIP && seen.Port() >= rng.First && seen.Port() <= rng.Last
+	})
+}
