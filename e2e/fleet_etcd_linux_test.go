@@ -184,12 +184,16 @@ type etcdFleetLab struct {
 // the router routes the VIP over both Muxes, and every VM has answered
 // through the VIP. Everything is removed at cleanup, also when the test
 // fails.
-func newEtcdFleetLab(t *testing.T) *etcdFleetLab {
+func newEtcdFleetLab(t *testing.T) *etcdFleetLab { t.Helper(); return newEtcdFleetLabOf(t, nil) }
+
+// newEtcdFleetLabOf is newEtcdFleetLab with edit applied to every
+// document applied.
+func newEtcdFleetLabOf(t *testing.T, edit func(*fleetlab.Doc)) *etcdFleetLab {
 	t.Helper()
 	lab := netlab.New(t, "etf")
-	fleetlabtest.RequireBIRD(t, "the fleet's etcd fault test")
+	fleetlabtest.RequireBIRD(t, "the fleet's etcd tests")
 	began := time.Now()
-	l := &etcdFleetLab{fleetLab: &fleetLab{t: t, dir: t.TempDir()}, began: began}
+	l := &etcdFleetLab{fleetLab: &fleetLab{t: t, dir: t.TempDir(), edit: edit}, began: began}
 	l.port.Store(10000 - 1)
 	f, err := fleetlab.BuildFleet(lab, 1, append(slices.Clone(flVMs), flSpare))
 	require.NoError(t, err)
@@ -210,9 +214,7 @@ func newEtcdFleetLab(t *testing.T) *etcdFleetLab {
 			"-metrics", net.JoinHostPort(fleetlab.FleetMuxAddr(i+1).String(), strconv.Itoa(flMetrics)))
 	}
 	for j := range l.agents {
-		l.agents[j] = fleetlabtest.Start(t, f.Hosts[j], fmt.Sprintf("host%d", j+1), filepath.Join(bin, "hostagent"),
-			"-uplink", "up", "-host", fmt.Sprintf("host%d", j+1), "-etcd", eps, "-conns", "65536",
-			"-metrics", net.JoinHostPort(fleetlab.FleetHostAddr(j+1).String(), strconv.Itoa(flMetrics)))
+		l.startEtcdAgent(j)
 	}
 	l.waitStatus(1)
 	l.waitApplied(1)
@@ -222,6 +224,14 @@ func newEtcdFleetLab(t *testing.T) *etcdFleetLab {
 	l.warm()
 	l.logf("fleet ready from etcd (topology, etcd, builds, BGP, probes, a first answer from every VM)")
 	return l
+}
+
+// startEtcdAgent starts the Host Agent of host j (from 0), with its
+// document from etcd.
+func (l *etcdFleetLab) startEtcdAgent(j int) {
+	l.agents[j] = fleetlabtest.Start(l.t, l.fleet.Hosts[j], fmt.Sprintf("host%d", j+1), filepath.Join(fleetlabtest.Examples(l.t), "hostagent"),
+		"-uplink", "up", "-host", fmt.Sprintf("host%d", j+1), "-etcd", strings.Join(l.etcd.cluster.Endpoints(), ","), "-conns", "65536",
+		"-metrics", net.JoinHostPort(fleetlab.FleetHostAddr(j+1).String(), strconv.Itoa(flMetrics)))
 }
 
 // openStableConns opens k keep-alive connections, from new ports whose
@@ -258,7 +268,11 @@ func (l *etcdFleetLab) openStableConns(k int, o1, o4 *fleetOracle) ([]*flConn, [
 func (l *etcdFleetLab) apply(v uint64, pool []fleetlab.VM) {
 	t := l.t
 	t.Helper()
-	text, err := fleetlab.FleetShared(v, true, flServices, pool, nil).Marshal()
+	d := fleetlab.FleetShared(v, true, flServices, pool, nil)
+	if l.edit != nil {
+		l.edit(d)
+	}
+	text, err := d.Marshal()
 	require.NoError(t, err)
 	path := filepath.Join(l.dir, fmt.Sprintf("fleet-v%d.yaml", v))
 	require.NoError(t, os.WriteFile(path, text, 0o644))

@@ -114,6 +114,13 @@ func (p *Proc) Err() error {
 // Terminate sends SIGTERM and returns without waiting.
 func (p *Proc) Terminate() error { return p.cmd.Process.Signal(syscall.SIGTERM) }
 
+// Kill kills the process (SIGKILL: no chance to clean up, as when a node
+// dies) and waits for it to exit.
+func (p *Proc) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
 // Wait waits for the process to exit, kills it when it has not after
 // grace, and returns its exit error.
 func (p *Proc) Wait(grace time.Duration) error {
