@@ -103,6 +103,7 @@ func TestOutboundHostAgentRestart(t *testing.T) {
 	var mu sync.Mutex
 	var opened []*fleetlab.InternetConn
 	failed := 0
+	var stolen []netip.AddrPort // connections seen on host1's ranges
 	var wg sync.WaitGroup
 	for k := range want {
 		wg.Add(1)
@@ -122,7 +123,9 @@ func TestOutboundHostAgentRestart(t *testing.T) {
 				failed++
 				return
 			}
-			require.False(t, inHost1(seen.Port()), "vm21 got port %d of dead host1's ranges", seen.Port())
+			if inHost1(seen.Port()) {
+				stolen = append(stolen, seen)
+			}
 		}()
 	}
 	wg.Wait()
@@ -132,6 +135,7 @@ func TestOutboundHostAgentRestart(t *testing.T) {
 		}
 	})
 	l.logf("vm21: %d connections wanted, %d failed", want, failed)
+	require.Empty(t, stolen, "vm21's connections on dead host1's ranges")
 	require.Positive(t, failed, "the pool outside host1's ranges cannot hold all of vm21's connections")
 	for _, c := range claims() {
 		for _, h := range host1 {
