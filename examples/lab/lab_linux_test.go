@@ -53,5 +53,12 @@ func TestLabRuns(t *testing.T) {
 	// Inbound NAT: each port answered by its one VM, every time.
 	require.Regexp(t, `198.18.100.1:50001 -> 198.18.31.1:8080: answers map\[vm11:10\]`, string(out))
 	require.Regexp(t, `198.18.100.1:50002 -> 198.18.31.2:8080: answers map\[vm12:10\]`, string(out))
+	// Outbound: every VM's connections and datagrams reached the
+	// internet from the VIP alone, none failed, the replies crossed the
+	// Muxes.
+	for _, vm := range vms {
+		require.Regexp(t, vm.Name+` `+regexp.QuoteMeta(vm.Addr.String())+`\s+TCP 200/200, UDP 20/20, 0 failed; the internet saw map\[198.18.100.1:220\]`, string(out), vm.Name)
+	}
+	require.Regexp(t, `replies through the Muxes' range tables: [1-9][0-9]*`, string(out))
 	require.Empty(t, netlab.Leftovers(labPrefix), "namespaces left behind")
 }
