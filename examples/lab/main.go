@@ -61,6 +61,7 @@ import (
 	"github.com/xdplb/xdplb/internal/lab/fleetlab"
 	"github.com/xdplb/xdplb/internal/lab/netlab"
 	"github.com/xdplb/xdplb/internal/node"
+	"github.com/xdplb/xdplb/internal/nodemetrics"
 	"github.com/xdplb/xdplb/mux"
 )
 
@@ -285,6 +286,14 @@ func runRole(role, ifname, config, host, nodeName, etcdEPs, metricsAddr string) 
 		}
 		agent.Store(a)
 		reg.MustRegister(a.Collector())
+		if fl != nil {
+			// Outbound port ranges are claimed in etcd for this host's
+			// VMs and handed to the source NAT.
+			if err := fl.AllocatePorts(a, a.SNAT().MaxTimeout()); err != nil {
+				return err
+			}
+			reg.MustRegister(nodemetrics.OutboundRanges(fl.AllocationCounters))
+		}
 		runFn = a.Run
 	default:
 		return fmt.Errorf("unknown role %q", role)
