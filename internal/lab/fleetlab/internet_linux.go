@@ -169,6 +169,14 @@ func DialInternet(n *netlab.NS, to netip.AddrPort, timeout time.Duration) (*Inte
 	if err != nil {
 		return nil, err
 	}
+	// No keep-alive probes: the tests hold idle connections across a
+	// Host Agent's death, while which a probe would leave the host
+	// untranslated (its kernel routes what no data path takes) and draw
+	// the server's RST.
+	if err := c.(*net.TCPConn).SetKeepAlive(false); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return &InternetConn{c: c, br: bufio.NewReader(c)}, nil
 }
 
