@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/xdplb/xdplb/control"
@@ -89,6 +90,13 @@ func (t *topo) fleetStatus(ctx context.Context) {
 	for _, v := range r.VIPs {
 		for _, b := range v.Backends {
 			fmt.Printf("    %-6s %-5s %-22s on %-6s %s\n", v.Name, b.Name, b.DIP, b.Host, b.Health)
+		}
+	}
+	for _, o := range r.Outbound {
+		fmt.Printf("  outbound port pool of %s (VNI %d): %d units of %d ports, %d held, %d free, %d guarded\n",
+			o.Address, o.VNI, o.Units, o.Unit, o.Held, o.Free, o.Guarded)
+		for _, h := range o.Holders {
+			fmt.Printf("    %-13s on %-6s %4d ports: %s\n", h.DIP, h.Host, h.Ports, strings.Join(h.Ranges, ", "))
 		}
 	}
 }
