@@ -165,9 +165,24 @@
 // ambiguous for the first packet of a connection that is not a TCP SYN
 // (a UDP datagram): the stateless DSR match takes it.
 //
-// The SNAT translates TCP and UDP; an outbound DIP's packets of other
-// protocols leave untranslated on Config.Direct (SNATStats.Passed), as
-// its traffic did before it was steered to the data path. New connections without a free port
+// The SNAT translates TCP and UDP, and ICMP and ICMPv6 echo (ping): an
+// echo request's identifier is its port, taken from the same ranges and
+// rewritten (the ICMP checksum updated); the echo reply to the VIP, which
+// a Mux's range table sends by its identifier, gets the VM's identifier
+// back. An echo request is never a DSR reply (a ping is answered by echo
+// replies), so an outbound DIP's ping is the SNAT's even when the DIP
+// backs a VIP's ICMP rule. An ICMP or ICMPv6 error to an outbound VIP
+// that quotes an outbound connection's packet (VIP:vport → remote:rport,
+// or a ping: VIP → remote with identifier vport) — fragmentation needed
+// or packet too big, destination or port unreachable, time exceeded — is
+// translated to the DIP like the DSR errors above: the outer destination
+// and the quoted source (a quoted echo's identifier too), every checksum
+// kept right, the state untouched. An outbound DIP's packets of other
+// protocols (and ICMP messages other than echo requests) leave
+// untranslated on Config.Direct (SNATStats.Passed), as its traffic did
+// before it was steered to the data path; errors the VM itself sends
+// about an outbound connection's packets are not translated
+// (nat_no_state). New connections without a free port
 // are dropped (snat_exhausted), the table's refusals too
 // (snat_table_full); counters in SNATStats, flushed per batch with the
 // stages' own. Non-first fragments of outbound connections are not

@@ -348,7 +348,12 @@ func testLocals() []nat.DIP {
 // needed (type 3 code 4, MTU 1400) or, with portUnreach, a port
 // unreachable; over IPv6 a packet too big (MTU 1280).
 func icmpErr(src, dst netip.Addr, dstMAC header.MAC, quoted pkt, n int, portUnreach bool) []byte {
-	q := quoted.frame()[header.EthernetSize:]
+	return icmpErrFrame(src, dst, dstMAC, quoted.frame(), n, portUnreach)
+}
+
+// icmpErrFrame is icmpErr quoting the IP packet of a frame.
+func icmpErrFrame(src, dst netip.Addr, dstMAC header.MAC, quoted []byte, n int, portUnreach bool) []byte {
+	q := quoted[header.EthernetSize:]
 	if n > 0 {
 		q = q[:n]
 	}

@@ -201,7 +201,7 @@ func rewriteQuote(q *quote, v4 bool, side header.Side, addr *[16]byte, port uint
 
 // inboundICMPError translates an ICMP error about a connection's reply (see
 // the comment at the top of this file).
-func (t *Translator) inboundICMPError(v *view, p *engine.Packet, c *counts) engine.DropReason {
+func (t *Translator) inboundICMPError(v *view, sb *snatBatch, p *engine.Packet, c *counts) engine.DropReason {
 	var q quote
 	if !parseQuote(p, &q) {
 		return engine.DropBadL4
@@ -212,6 +212,18 @@ func (t *Translator) inboundICMPError(v *view, p *engine.Packet, c *counts) engi
 	}
 	r := v.snap.Lookup(&k)
 	if r == nil {
+		if sb != nil {
+			// About an outbound connection (the quote: VIP:vport →
+			// remote:rport)?
+			hash := p.Hash
+			if t.setHash {
+				hash = t.hasher.SymmetricHash(&k)
+			}
+			if dr, handled := t.snat.inboundError(sb, p, &q, &k, c); handled {
+				p.Hash = hash
+				return dr
+			}
+		}
 		return DropNoNATRule
 	}
 	lb := v.rules[r.ID].pick(macWord(p.Data()))

@@ -57,7 +57,7 @@ func (t *Translator) inbound(v *view, sb *snatBatch, p *engine.Packet, now flow.
 	if p.L4Proto == flow.ProtoICMP || p.L4Proto == flow.ProtoICMPv6 {
 		if isICMPError(p) {
 			// From a router, about the connection to the quoted client.
-			return t.inboundICMPError(v, p, c)
+			return t.inboundICMPError(v, sb, p, c)
 		}
 	}
 	if t.infra.contains(k.Family, &k.Src) {

@@ -163,6 +163,11 @@ func (t *Translator) replyPlain(v *view, sb *snatBatch, p *engine.Packet, q *flo
 			}
 			return DropNoState, false
 		}
+		if d != nil && p.L4Proto != flow.ProtoTCP && p.L4Proto != flow.ProtoUDP && isEchoMsg(p, false) {
+			// Nor is an echo request (a ping answers with echo
+			// replies): an outbound DIP's ping is the SNAT's.
+			return t.snatOut(sb, d, p, c)
+		}
 		if isSynAck(p) {
 			// The SYN this answers reached the VM without passing
 			// Inbound: a direct connection, never translated.

@@ -74,7 +74,7 @@ type SNATStats struct {
 	Closed    uint64 // connections moved to closing (FIN or RST)
 	NoState   uint64 // packets to a pool port without state (dropped)
 	Refused   uint64 // new connections the table refused (dropped)
-	ICMP      uint64 // ICMP errors about outbound connections translated, and echo messages
+	ICMP      uint64 // echo requests and replies translated, and ICMP errors about outbound connections (also in Out and In for echo)
 	// Expired counts connections whose state expired or was evicted
 	// (their port free again), from the returning table's counters.
 	Expired uint64

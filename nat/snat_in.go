@@ -1,6 +1,8 @@
 package nat
 
 import (
+	"encoding/binary"
+
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/header"
@@ -11,9 +13,10 @@ import (
 // endpoint of its connection. handled false: not the SNAT's (no state,
 // and the address is not an outbound VIP); the caller drops it as before.
 func (s *SNAT) inbound(sb *snatBatch, p *engine.Packet, c *counts) (r engine.DropReason, handled bool) {
-	k := &p.Key
-	vid, isVIP := sb.st.vips[vipKey{addr: k.Dst, fam: k.Family}]
-	if !snatProto(p) {
+	key, kind := snatKey(p, true)
+	k := &key
+	vid, isVIP := sb.st.vips[vipKey{addr: p.Key.Dst, fam: p.Key.Family}]
+	if kind == snatNone {
 		return 0, false
 	}
 	var q flow.ConnQuery
@@ -33,11 +36,17 @@ func (s *SNAT) inbound(sb *snatBatch, p *engine.Packet, c *counts) (r engine.Dro
 		return DropSNATNoState, true
 	}
 	sport := uint16(val)
-	s.inSeen(sb, p, &q, dr, sport, vid, isVIP, cur, age, c)
+	s.inSeen(sb, p, k, &q, dr, sport, vid, isVIP, cur, age, c)
 	if !rewrite(p, header.SideDst, &dr.addr, sport) {
 		return engine.DropUnsupported, true
 	}
-	k.Dst, k.DstPort = dr.addr, sport
+	p.Key.Dst = dr.addr
+	if kind == snatEcho {
+		setEchoID(p.L4(), sport) // the key has no ports
+		c[cSNAT+sICMP]++
+	} else {
+		p.Key.DstPort = sport
+	}
 	p.Flags |= engine.FlagOutbound
 	c[cSNAT+sIn]++
 	return 0, true
@@ -48,7 +57,7 @@ func (s *SNAT) inbound(sb *snatBatch, p *engine.Packet, c *counts) (r engine.Dro
 // untrusted connection (established, or udp); a FIN or RST closes a
 // proven one; otherwise the outgoing entry is kept as fresh as the
 // returning one, and put back if it went missing.
-func (s *SNAT) inSeen(sb *snatBatch, p *engine.Packet, q *flow.ConnQuery, dr *dipRef, sport, vid uint16, isVIP bool, cur flow.StateClass, age flow.Tick, c *counts) {
+func (s *SNAT) inSeen(sb *snatBatch, p *engine.Packet, k *flow.Key, q *flow.ConnQuery, dr *dipRef, sport, vid uint16, isVIP bool, cur flow.StateClass, age flow.Tick, c *counts) {
 	seen := p.StateClass()
 	next := cur
 	switch {
@@ -57,7 +66,7 @@ func (s *SNAT) inSeen(sb *snatBatch, p *engine.Packet, q *flow.ConnQuery, dr *di
 	case seen == flow.ClassEstablished || seen == flow.ClassUDP:
 		next = seen
 	}
-	ok := snatOutKey(&p.Key, &dr.addr, sport)
+	ok := snatOutKey(k, &dr.addr, sport)
 	if next != cur {
 		if s.ret.SetClassPrepared(q, next, sb.now) {
 			s.out.SetClass(&ok, next, sb.now)
@@ -73,6 +82,69 @@ func (s *SNAT) inSeen(sb *snatBatch, p *engine.Packet, q *flow.ConnQuery, dr *di
 	var oq flow.ConnQuery
 	s.out.Prepare(&oq, &ok)
 	if _, _, hit := s.out.LookupPrepared(&oq, sb.now); !hit && isVIP {
-		s.out.ClaimPrepared(&oq, uint32(vid)<<16|uint32(p.Key.DstPort), cur, sb.now)
+		s.out.ClaimPrepared(&oq, uint32(vid)<<16|uint32(k.DstPort), cur, sb.now)
 	}
+}
+
+// inboundError translates an ICMP or ICMPv6 error a router sends to an
+// outbound VIP about a packet of an outbound connection: the quote is
+// VIP:vport → remote:rport (a quoted echo request: VIP → remote with the
+// identifier vport), and k, the quote reversed, is the connection's
+// returning key. The outer destination becomes the DIP, the quoted
+// source DIP:sport (a quoted echo's identifier the original one), every
+// checksum kept right. Errors never create or change state. handled
+// false: not the SNAT's (no state, and the address is not an outbound
+// VIP).
+func (s *SNAT) inboundError(sb *snatBatch, p *engine.Packet, q *quote, k *flow.Key, c *counts) (r engine.DropReason, handled bool) {
+	_, isVIP := sb.st.vips[vipKey{addr: k.Dst, fam: k.Family}]
+	echo := false
+	switch k.Proto {
+	case flow.ProtoTCP, flow.ProtoUDP:
+	case flow.ProtoICMP, flow.ProtoICMPv6:
+		l4 := q.icmp[q.l4:]
+		want := uint8(header.ICMPv4EchoRequest)
+		if k.Proto == flow.ProtoICMPv6 {
+			want = header.ICMPv6EchoRequest
+		}
+		if len(l4) < header.ICMPv4MinSize || l4[0] != want || l4[1] != 0 {
+			return 0, false
+		}
+		k.DstPort, echo = binary.BigEndian.Uint16(l4[4:]), true
+	default:
+		return 0, false
+	}
+	val, _, ok := s.ret.Lookup(k, sb.now)
+	id := val >> 16
+	if !ok || id == 0 || int(id) >= len(sb.st.dipByID) || sb.st.dipByID[id].vni != k.VNI || sb.st.dipByID[id].fam != k.Family {
+		if !isVIP {
+			return 0, false
+		}
+		c[cSNAT+sNoState]++
+		return DropSNATNoState, true
+	}
+	dr := &sb.st.dipByID[id]
+	sport := uint16(val)
+	v4 := p.Flags&engine.FlagIPv4 != 0
+	rewriteQuote(q, v4, header.SideSrc, &dr.addr, sport)
+	if echo {
+		// The quoted identifier, and the quoted ICMP checksum when the
+		// quote holds it; the error's checksum covers both words.
+		m := q.icmp[q.l4:]
+		oldID := binary.BigEndian.Uint16(m[4:])
+		binary.BigEndian.PutUint16(m[4:], sport)
+		cs := binary.BigEndian.Uint16(q.icmp[2:])
+		cs = header.ChecksumUpdate16(cs, oldID, sport)
+		oldCS := binary.BigEndian.Uint16(m[2:])
+		newCS := header.ChecksumUpdate16(oldCS, oldID, sport)
+		binary.BigEndian.PutUint16(m[2:], newCS)
+		cs = header.ChecksumUpdate16(cs, oldCS, newCS)
+		binary.BigEndian.PutUint16(q.icmp[2:], cs)
+	}
+	if !rewrite(p, header.SideDst, &dr.addr, 0) {
+		return engine.DropUnsupported, true
+	}
+	p.Key.Dst = dr.addr
+	p.Flags |= engine.FlagOutbound
+	c[cSNAT+sICMP]++
+	return 0, true
 }

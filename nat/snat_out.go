@@ -1,6 +1,8 @@
 package nat
 
 import (
+	"encoding/binary"
+
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/header"
@@ -26,10 +28,69 @@ func snatOutKey(k *flow.Key, dip *[16]byte, sport uint16) flow.Key {
 	return o
 }
 
-// snatProto reports whether the SNAT translates connections of p's
-// protocol by their ports (TCP, UDP).
-func snatProto(p *engine.Packet) bool {
-	return (p.L4Proto == flow.ProtoTCP || p.L4Proto == flow.ProtoUDP) && p.Flags&engine.FlagL4 != 0
+// What the SNAT makes of a packet (snatKey).
+const (
+	snatNone  = iota // not the SNAT's
+	snatPorts        // TCP or UDP: the key's ports
+	snatEcho         // an ICMP or ICMPv6 echo request or reply: its identifier is the port
+)
+
+// snatKey returns the connection key of p as the SNAT keys it: p.Key for
+// TCP and UDP; for an echo request (outgoing: reply false) p.Key with the
+// identifier as source port, for an echo reply (returning) as
+// destination port. kind is snatNone for anything else.
+func snatKey(p *engine.Packet, reply bool) (k flow.Key, kind int) {
+	if p.Flags&engine.FlagL4 == 0 {
+		return k, snatNone
+	}
+	switch p.L4Proto {
+	case flow.ProtoTCP, flow.ProtoUDP:
+		return p.Key, snatPorts
+	}
+	if p.Flags&engine.FlagNonFirstFrag != 0 || !isEchoMsg(p, reply) {
+		return k, snatNone
+	}
+	k = p.Key
+	id := binary.BigEndian.Uint16(p.L4()[4:])
+	if reply {
+		k.DstPort = id
+	} else {
+		k.SrcPort = id
+	}
+	return k, snatEcho
+}
+
+// isEchoMsg reports whether p (its ICMP header validated) is an echo
+// request, or with reply an echo reply, of its family's ICMP.
+func isEchoMsg(p *engine.Packet, reply bool) bool {
+	if p.Flags&engine.FlagL4 == 0 {
+		return false
+	}
+	l4 := p.L4()
+	if len(l4) < header.ICMPv4MinSize || l4[1] != 0 {
+		return false
+	}
+	switch {
+	case p.L4Proto == flow.ProtoICMP && p.Flags&engine.FlagIPv4 != 0:
+		if reply {
+			return l4[0] == header.ICMPv4EchoReply
+		}
+		return l4[0] == header.ICMPv4EchoRequest
+	case p.L4Proto == flow.ProtoICMPv6 && p.Flags&engine.FlagIPv6 != 0:
+		if reply {
+			return l4[0] == header.ICMPv6EchoReply
+		}
+		return l4[0] == header.ICMPv6EchoRequest
+	}
+	return false
+}
+
+// setEchoID writes id as the identifier of the echo message m (ICMP or
+// ICMPv6 header first), updating its checksum.
+func setEchoID(m []byte, id uint16) {
+	old := binary.BigEndian.Uint16(m[4:])
+	binary.BigEndian.PutUint16(m[4:], id)
+	binary.BigEndian.PutUint16(m[2:], header.ChecksumUpdate16(binary.BigEndian.Uint16(m[2:]), old, id))
 }
 
 // outbound translates the packet p of the outbound DIP d, whose key is
@@ -38,28 +99,29 @@ func snatProto(p *engine.Packet) bool {
 // unhandled. handled false: not the SNAT's (a protocol it does not
 // translate, or no state and !create); the caller decides.
 func (s *SNAT) outbound(sb *snatBatch, d *outDIP, p *engine.Packet, create bool, c *counts) (r engine.DropReason, handled bool) {
-	if !snatProto(p) {
+	key, kind := snatKey(p, false)
+	if kind == snatNone {
 		return 0, false
 	}
-	k := &p.Key
+	k := &key
 	var q flow.ConnQuery
 	s.out.Prepare(&q, k)
 	val, cur, age, ok := s.out.LookupPreparedAge(&q, sb.now)
 	if ok && (val>>16 == 0 || int(val>>16) >= len(sb.st.vipByID)) {
 		ok = false // not a value this SNAT wrote
 	}
-	if ok && s.outSeen(sb, d, p, &q, val, cur, age, c) {
+	if ok && s.outSeen(sb, d, p, k, &q, val, cur, age, c) {
 		// Its port went to another connection to the same remote
 		// endpoint (its returning entry was evicted meanwhile): the
 		// connection starts over on a new port.
-		if val, r = s.connect(sb, d, p, &q, true, c); r != 0 {
+		if val, r = s.connect(sb, d, k, &q, true, c); r != 0 {
 			return r, true
 		}
 	} else if !ok {
 		if !create {
 			return 0, false
 		}
-		if val, r = s.connect(sb, d, p, &q, false, c); r != 0 {
+		if val, r = s.connect(sb, d, k, &q, false, c); r != 0 {
 			return r, true
 		}
 	}
@@ -67,7 +129,13 @@ func (s *SNAT) outbound(sb *snatBatch, d *outDIP, p *engine.Packet, create bool,
 	if !rewrite(p, header.SideSrc, vip, vport) {
 		return engine.DropUnsupported, true
 	}
-	k.Src, k.SrcPort = *vip, vport
+	p.Key.Src = *vip
+	if kind == snatEcho {
+		setEchoID(p.L4(), vport) // the key has no ports
+		c[cSNAT+sICMP]++
+	} else {
+		p.Key.SrcPort = vport
+	}
 	p.Flags |= engine.FlagOutbound
 	c[cSNAT+sOut]++
 	return 0, true
@@ -81,8 +149,7 @@ func (s *SNAT) outbound(sb *snatBatch, d *outDIP, p *engine.Packet, create bool,
 // keeps it as fresh as the outgoing one — and puts it back if it went
 // missing. lost reports that another connection holds the port towards
 // this remote endpoint now.
-func (s *SNAT) outSeen(sb *snatBatch, d *outDIP, p *engine.Packet, q *flow.ConnQuery, val uint32, cur flow.StateClass, age flow.Tick, c *counts) (lost bool) {
-	k := &p.Key
+func (s *SNAT) outSeen(sb *snatBatch, d *outDIP, p *engine.Packet, k *flow.Key, q *flow.ConnQuery, val uint32, cur flow.StateClass, age flow.Tick, c *counts) (lost bool) {
 	next := cur
 	if cur != flow.ClassUntrusted {
 		next = cur.Advance(p.StateClass()) // only the remote's packets prove a connection
@@ -110,15 +177,14 @@ func (s *SNAT) outSeen(sb *snatBatch, d *outDIP, p *engine.Packet, q *flow.ConnQ
 	return s.ret.ClaimPrepared(&rq, want, next, sb.now) == flow.InsertTaken
 }
 
-// connect gives the new connection p of DIP d a port: the first free one
+// connect gives the new connection k of DIP d a port: the first free one
 // of up to maxProbes candidates in d's ranges, from the one its hash
 // names. It claims the returning key (the port towards this remote
 // endpoint), then stores the outgoing entry, and returns its value.
 //
 // replace: the connection has an outgoing entry whose port was lost; it
 // is overwritten rather than claimed.
-func (s *SNAT) connect(sb *snatBatch, d *outDIP, p *engine.Packet, q *flow.ConnQuery, replace bool, c *counts) (uint32, engine.DropReason) {
-	k := &p.Key
+func (s *SNAT) connect(sb *snatBatch, d *outDIP, k *flow.Key, q *flow.ConnQuery, replace bool, c *counts) (uint32, engine.DropReason) {
 	if d.total == 0 {
 		c[cSNAT+sExhausted]++
 		return 0, DropSNATExhausted

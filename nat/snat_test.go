@@ -1,6 +1,7 @@
 package nat_test
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"slices"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/header"
 	"github.com/xdplb/xdplb/nat"
 )
 
@@ -315,10 +317,11 @@ func TestSNATPaths(t *testing.T) {
 	require.Equal(t, "nat_no_rule", e.back(udp(ap(remote, 53), ap(vipA, 2050)), vni).reason)
 	// A protocol the SNAT does not translate leaves untranslated on the
 	// Direct port, for the host to route.
-	other := pkt{src: ap(dip6, 0), dst: ap(remote6, 0), proto: flow.ProtoICMPv6}
-	res = e.reply(other)
+	other := pkt{src: ap(dip6, 0), dst: ap(remote6, 0), proto: flow.ProtoICMPv6}.frame()
+	other[header.EthernetSize+header.IPv6Size] = 200 // an ICMPv6 informational message, not an echo
+	res = e.run(e.ret, other, vni)
 	require.Empty(t, res.reason)
-	require.Equal(t, other.frame(), res.frame, "untranslated")
+	require.Equal(t, other, res.frame, "untranslated")
 	require.EqualValues(t, directPort, res.p.OutPort)
 	require.EqualValues(t, 1, e.s.Stats().Passed)
 	// A DIP without ranges.
@@ -425,11 +428,27 @@ func TestSNATNoAllocs(t *testing.T) {
 		outs = append(outs, c.frame())
 		backs = append(backs, c.withSrc(netip.AddrPortFrom(res.p.Key.SrcAddr(), res.p.Key.SrcPort)).reply().to(macA).frame())
 	}
+	// Pings, their replies, and an ICMP error about a connection.
+	for i := range 4 {
+		res := e.run(e.ret, echoFrame(dipA, remote, macGW, false, uint16(0x700+i)), vni)
+		require.Empty(t, res.reason)
+		outs = append(outs, echoFrame(dipA, remote, macGW, false, uint16(0x700+i)))
+		backs = append(backs, echoFrame(remote, vipO, macA, true, echoID(t, res.frame, true)))
+	}
+	c := tcp(ap(dipA, 6000), ap(remote, 443))
+	res := e.out(c)
+	require.Empty(t, res.reason)
+	backs = append(backs, icmpErr(remote, vipO, macA, c.withSrc(ap(vipO, res.p.Key.SrcPort)), 0, false))
 	ob, ib := newBatch(t, vni, outs), newBatch(t, vni, backs)
 	require.Zero(t, testing.AllocsPerRun(50, func() { e.ret.Process(ob.reset()) }), "outgoing")
 	require.Zero(t, testing.AllocsPerRun(50, func() { e.in.Process(ib.reset()) }), "returning")
-	for _, p := range ib.reset().Packets() {
-		require.Zero(t, p.Reason)
+	e.in.Process(ib.reset())
+	e.ret.Process(ob.reset())
+	for i := range backs {
+		require.Zero(t, ib.pkts[i].Reason, "returning packet %d", i)
+	}
+	for i := range outs {
+		require.Zero(t, ob.pkts[i].Reason, "outgoing packet %d", i)
 	}
 	require.Zero(t, testing.AllocsPerRun(20, func() {
 		e.now += flow.Ticks(flow.DefaultTimeouts().Established) + 1
@@ -499,6 +518,12 @@ func snatFuzzSeeds() (outs, backs [][]byte) {
 		backs = append(backs, q.to(macA).frame())
 	}
 	backs = append(backs, udp(ap(remote, 53), ap(vipA, 53)).to(macA).frame())
+	// Pings and their replies, ICMP errors about outbound packets.
+	outs = append(outs, echoFrame(dipA, remote, macGW, false, 0x77), echoFrame(dip6, remote6, macGW, false, 0x78))
+	backs = append(backs, echoFrame(remote, vipO, macA, true, 2050), echoFrame(remote6, vipO6, macA, true, 4100),
+		icmpErr(remote, vipO, macA, tcp(ap(vipO, 2055), ap(remote, 443)), 0, false),
+		icmpErr(remote6, vipO6, macA, udp(ap(vipO6, 4099), ap(remote6, 53)), 0, true),
+		icmpErrFrame(remote, vipO, macA, echoFrame(vipO, remote, macGW, false, 2051), 0, true))
 	return outs, backs
 }
 
@@ -549,7 +574,20 @@ func FuzzSNAT(f *testing.F) {
 		if k.Proto == flow.ProtoTCP {
 			answer = tcp(answer.src, answer.dst)
 		}
-		back := runStage(t, e.in, answer.to(macA).frame(), vni)
+		answerFrame := answer.to(macA).frame()
+		if k.Proto == flow.ProtoICMP || k.Proto == flow.ProtoICMPv6 {
+			// A ping: the echo reply, with the identifier sent.
+			id := binary.BigEndian.Uint16(p.L4()[4:])
+			answerFrame = echoFrame(k.DstAddr(), k.SrcAddr(), macA, true, id)
+			origID := binary.BigEndian.Uint16(orig.L4()[4:])
+			back := runStage(t, e.in, answerFrame, vni)
+			require.NotNil(t, back)
+			require.Zero(t, back.Reason, "the echo reply to a translated ping")
+			require.Equal(t, orig.Key.SrcAddr(), back.Key.DstAddr())
+			require.Equal(t, origID, binary.BigEndian.Uint16(back.L4()[4:]))
+			return
+		}
+		back := runStage(t, e.in, answerFrame, vni)
 		require.NotNil(t, back)
 		require.Zero(t, back.Reason, "the answer to a translated packet")
 		require.Equal(t, orig.Key.SrcAddr(), back.Key.DstAddr())

@@ -8,7 +8,7 @@ import (
 )
 
 var (
-	descOutPackets = prometheus.NewDesc("xdplb_outbound_packets_total", "Packets of VMs' outbound connections (source NAT through a VIP), by outcome: out and in translated, local and passed sent on untranslated, exhausted, no_state and refused dropped.", []string{"outcome"}, nil)
+	descOutPackets = prometheus.NewDesc("xdplb_outbound_packets_total", "Packets of VMs' outbound connections (source NAT through a VIP), by outcome: out and in translated (pings included), icmp (echo messages and ICMP errors about outbound connections translated), local and passed sent on untranslated, exhausted, no_state and refused dropped.", []string{"outcome"}, nil)
 	descOutConns   = prometheus.NewDesc("xdplb_outbound_connections_total", "Outbound connections, by event: created, reused (given a port another remote endpoint's connection holds), closed (FIN or RST), expired (their port free again).", []string{"event"}, nil)
 	descOutEntries = prometheus.NewDesc("xdplb_outbound_table_entries", "Outbound connections held by the source NAT (idle ones included until aged out).", nil, nil)
 	descOutRanges  = prometheus.NewDesc("xdplb_outbound_ranges_total", "Outbound port ranges by the allocator's event: claimed, reclaimed (taken back after a restart), returned (idle), conflict (another writer won), exhausted (no free range in the pool), cooling (a dead holder's guard started).", []string{"event"}, nil)
@@ -31,6 +31,7 @@ func Outbound(ch chan<- prometheus.Metric, s nat.SNATStats) {
 	Counter(ch, descOutPackets, s.Exhausted, "exhausted")
 	Counter(ch, descOutPackets, s.NoState, "no_state")
 	Counter(ch, descOutPackets, s.Refused, "refused")
+	Counter(ch, descOutPackets, s.ICMP, "icmp")
 	Counter(ch, descOutConns, s.Created, "created")
 	Counter(ch, descOutConns, s.Reused, "reused")
 	Counter(ch, descOutConns, s.Closed, "closed")

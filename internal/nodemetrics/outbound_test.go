@@ -47,13 +47,14 @@ func TestOutboundMetrics(t *testing.T) {
 	allocs := fleet.PortAllocatorCounters{Claims: 3, Reclaims: 1, Returns: 2, Conflicts: 4, Exhausted: 5, Cooling: 6}
 	have := false
 	got := gather(t, outboundCollector{nat.SNATStats{Out: 10, In: 9, Local: 8, Passed: 7, Exhausted: 6, NoState: 5, Refused: 4,
-		Created: 3, Reused: 2, Closed: 1, Expired: 11, Entries: 12}},
+		Created: 3, Reused: 2, Closed: 1, Expired: 11, Entries: 12, ICMP: 13}},
 		OutboundRanges(func() (fleet.PortAllocatorCounters, bool) { return allocs, have }))
 	assert.Equal(t, map[string]float64{
 		"xdplb_outbound_packets_total{out}": 10, "xdplb_outbound_packets_total{in}": 9,
 		"xdplb_outbound_packets_total{local}": 8, "xdplb_outbound_packets_total{passed}": 7,
 		"xdplb_outbound_packets_total{exhausted}": 6, "xdplb_outbound_packets_total{no_state}": 5,
 		"xdplb_outbound_packets_total{refused}":     4,
+		"xdplb_outbound_packets_total{icmp}":        13,
 		"xdplb_outbound_connections_total{created}": 3, "xdplb_outbound_connections_total{reused}": 2,
 		"xdplb_outbound_connections_total{closed}": 1, "xdplb_outbound_connections_total{expired}": 11,
 		"xdplb_outbound_table_entries": 12,
