@@ -474,20 +474,21 @@ func (t *ConnTable) Lookup(k *Key, now Tick) (backend uint32, class StateClass, 
 
 // ConnQuery is one flow's connection-table operations split in two, so a
 // stage can begin the lookups of a whole batch before it finishes any:
-// Prepare packs and hashes the key and loads its two buckets' headers —
-// issuing the cache misses of every flow of the batch back to back, so
-// they overlap — and LookupPrepared, SetClassPrepared and InsertPrepared
-// then work from the query without packing or hashing again.
+// Prepare packs and hashes the key, finds its two buckets and prefetches
+// them — issuing the cache misses of every flow of the batch back to
+// back, so they overlap (a prefetch instruction on amd64 and arm64, which
+// does not wait for its line) — and LookupPrepared, SetClassPrepared and
+// InsertPrepared then work from the query without packing or hashing
+// again.
 //
 // A query belongs to the table that prepared it and stays valid while the
-// table lives; what it loaded may go stale, which costs nothing but a
-// reload (the seqlock read validates it). The zero ConnQuery is a key the
-// table cannot hold.
+// table lives: it holds where the key lives, not what the buckets held,
+// so writes between Prepare and its use cost nothing but the cache lines
+// they took. The zero ConnQuery is a key the table cannot hold.
 type ConnQuery struct {
 	p      ctKey
 	hash   uint64
 	i1, i2 uint64 // candidate buckets
-	h1, h2 uint64 // their headers as Prepare loaded them
 	family uint8
 }
 
@@ -556,9 +557,9 @@ func (t *ConnTable) lookupPrepared(q *ConnQuery, now Tick, refresh bool) (backen
 	var seen Tick
 	switch q.family {
 	case FamilyIPv4:
-		backend, class, seen, ok = t.v4.lookupFrom(&q.p, q.hash, q.i1, q.i2, q.h1, q.h2, now, t, refresh)
+		backend, class, seen, ok = t.v4.lookupFrom(&q.p, q.hash, q.i1, q.i2, now, t, refresh)
 	case FamilyIPv6:
-		backend, class, seen, ok = t.v6.lookupFrom(&q.p, q.hash, q.i1, q.i2, q.h1, q.h2, now, t, refresh)
+		backend, class, seen, ok = t.v6.lookupFrom(&q.p, q.hash, q.i1, q.i2, now, t, refresh)
 	}
 	if !ok {
 		return 0, 0, 0, false

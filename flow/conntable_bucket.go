@@ -310,24 +310,23 @@ func (t *ctTable[S, P]) search(k *ctKey, i1, i2, tag uint64) (bi uint64, j int, 
 // lookup implements ConnTable.Lookup for one key width.
 func (t *ctTable[S, P]) lookup(k *ctKey, hash uint64, now Tick, c *ConnTable) (uint32, StateClass, bool) {
 	i1, i2 := t.index(hash)
-	b, cls, _, ok := t.lookupFrom(k, hash, i1, i2, t.b[i1].hdr.Load(), t.b[i2].hdr.Load(), now, c, true)
+	b, cls, _, ok := t.lookupFrom(k, hash, i1, i2, now, c, true)
 	return b, cls, ok
 }
 
-// prepare loads the headers of the two candidate buckets of hash (for a
-// ConnQuery): the loads start the buckets' cache misses. It also brings in
-// the first bucket's second cache line, where three of an IPv4 bucket's
-// five slots (wholly or in part) lie: an insert fills the first bucket
-// unless the second holds fewer entries, so most keys are found there,
-// and the miss, taken here for the whole batch, overlaps the others
-// instead of stalling the lookup. (Go has no prefetch instruction; an
-// atomic load is one the compiler keeps. The second bucket's second line
-// measured no better.)
+// prepare finds the two candidate buckets of hash (for a ConnQuery) and
+// prefetches them: the first bucket's first two cache lines (its header,
+// and the line where three of an IPv4 bucket's five slots, wholly or in
+// part, lie: an insert fills the first bucket unless the second holds
+// fewer entries, so most keys are found there) and the second bucket's
+// header. A prefetch, unlike the loads this did before, does not wait for
+// its line, so a batch's misses overlap instead of filling the
+// instruction window one query at a time (ctPrefetch3). The second
+// bucket's second line measured no better.
 func (t *ctTable[S, P]) prepare(q *ConnQuery) {
 	q.i1, q.i2 = t.index(q.hash)
 	b1, b2 := &t.b[q.i1], &t.b[q.i2]
-	q.h1, q.h2 = b1.hdr.Load(), b2.hdr.Load()
-	b1.line(1).Load()
+	ctPrefetch3(unsafe.Pointer(b1), unsafe.Pointer(b1.line(1)), unsafe.Pointer(b2))
 }
 
 // line returns the first word of the bucket's cache line l (l < the
@@ -336,18 +335,18 @@ func (b *ctBucket[S, P]) line(l uintptr) *atomic.Uint64 {
 	return (*atomic.Uint64)(unsafe.Add(unsafe.Pointer(b), l*ctCacheLine))
 }
 
-// lookupFrom is lookup with the buckets and their headers already loaded
-// (a header may be stale: probe validates it as the seqlock's first read).
-// It also returns the entry's last-seen tick as read (before any refresh).
-func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, i1, i2, h1, h2 uint64, now Tick, c *ConnTable, refresh bool) (uint32, StateClass, Tick, bool) {
+// lookupFrom is lookup with the candidate buckets found; the second
+// bucket's header is read only when the first does not hold the key. It
+// also returns the entry's last-seen tick as read (before any refresh).
+func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, i1, i2 uint64, now Tick, c *ConnTable, refresh bool) (uint32, StateClass, Tick, bool) {
 	tag := ctTag(hash)
 	// search, written out.
 	b := &t.b[i1]
-	j, v, h, ok := b.probe(k, tag, h1)
+	j, v, h, ok := b.probe(k, tag, b.hdr.Load())
 	if j < 0 {
 		b = &t.b[i2]
 		var ok2 bool
-		if j, v, h, ok2 = b.probe(k, tag, h2); j < 0 {
+		if j, v, h, ok2 = b.probe(k, tag, b.hdr.Load()); j < 0 {
 			if !ok || !ok2 {
 				c.stripe(i1).contended.Add(1)
 			}
