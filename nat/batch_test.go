@@ -202,3 +202,27 @@ func TestConcurrentWorkers(t *testing.T) {
 	require.EqualValues(t, 2*200*64, s.Inbound)
 	require.EqualValues(t, 2*200*64, s.Return+s.Stateless)
 }
+
+// TestInboundBatchState: Inbound records each packet of a full batch
+// under its own return key (its two passes: every query prepared, then
+// every connection recorded), in the batch's order: a flow's second packet
+// in the same batch finds the entry its first made. Every reply then finds
+// its state.
+func TestInboundBatchState(t *testing.T) {
+	e := newEnv(t, testRules(), testLocals())
+	in, out := mixedFlows()
+	in, out = in[:engine.MaxBatch-1], out[:engine.MaxBatch-1]
+	in = append(in, in[0]) // the first flow again, last
+	inB, outB := newBatch(t, vni, in), newBatch(t, vni, out)
+	e.in.Process(inB.reset())
+	require.Equal(t, engine.MaxBatch, inB.b.Len(), "no packet dropped")
+	st := e.tr.Stats()
+	require.EqualValues(t, engine.MaxBatch, st.Inbound)
+	require.EqualValues(t, engine.MaxBatch-1, st.NewFlows, "one connection per flow")
+	require.Zero(t, st.TableRefused)
+	e.ret.Process(outB.reset())
+	require.Equal(t, len(out), outB.b.Len(), "every reply translated")
+	st = e.tr.Stats()
+	require.EqualValues(t, len(out), st.Return, "every reply by its state")
+	require.Zero(t, st.Stateless)
+}

@@ -33,38 +33,59 @@ import (
 // documentation.
 type Inbound struct{ t *Translator }
 
-// Process implements engine.Stage.
+// Process implements engine.Stage. It works in two passes, as Return
+// does: the first translates every packet and prepares the connection-table
+// query of its return key (flow.ConnTable.Prepare, so the table's cache
+// misses of the whole batch overlap), the second records the connections,
+// in the batch's order.
 func (s *Inbound) Process(b *engine.Batch) {
 	t := s.t
 	v := t.viewFor(b)
 	now := t.clock()
+	sc := t.scratchFor(b.Worker)
+	pkts := b.Packets()
 	var sbv snatBatch
 	sb := t.snat.batch(&sbv)
 	var c counts
-	for _, p := range b.Packets() {
-		if r := t.inbound(v, sb, p, now, &c); r != 0 {
+	var tracked uint64 // packets whose connection is to be recorded
+	for i, p := range pkts {
+		lb, r := t.inbound(v, sb, p, sc, i, &c)
+		switch {
+		case r != 0:
 			b.Drop(p, r)
+		case lb != nil:
+			sc.lb[i] = lb
+			tracked |= 1 << uint(i)
+		}
+	}
+	for i, p := range pkts {
+		if tracked&(1<<uint(i)) != 0 {
+			t.track(&sc.q[i], &sc.ret[i], sc.lb[i], sc.vport[i], p.StateClass(), now, &c)
+			sc.lb[i] = nil // hold no backend past the batch
 		}
 	}
 	t.flush(b.Worker, &c)
 }
 
-func (t *Translator) inbound(v *view, sb *snatBatch, p *engine.Packet, now flow.Tick, c *counts) engine.DropReason {
+// inbound translates packet i of a batch; for a connection to record, it
+// returns its local backend, with the return key, the VIP's port and the
+// prepared query in sc's slot i.
+func (t *Translator) inbound(v *view, sb *snatBatch, p *engine.Packet, sc *batchScratch, i int, c *counts) (*localBackend, engine.DropReason) {
 	k := &p.Key
 	if p.Flags&(engine.FlagIPv4|engine.FlagIPv6) == 0 || !k.IsValid() {
-		return engine.DropUnsupported
+		return nil, engine.DropUnsupported
 	}
 	if p.L4Proto == flow.ProtoICMP || p.L4Proto == flow.ProtoICMPv6 {
 		if isICMPError(p) {
 			// From a router, about the connection to the quoted client.
-			return t.inboundICMPError(v, sb, p, c)
+			return nil, t.inboundICMPError(v, sb, p, c)
 		}
 	}
 	if t.infra.contains(k.Family, &k.Src) {
-		return DropInfra
+		return nil, DropInfra
 	}
 	if p.Flags&engine.FlagNonFirstFrag != 0 {
-		return t.inboundFragment(v, p, c)
+		return nil, t.inboundFragment(v, p, c)
 	}
 	r := v.snap.Lookup(k)
 	if r == nil {
@@ -77,14 +98,14 @@ func (t *Translator) inbound(v *view, sb *snatBatch, p *engine.Packet, now flow.
 			}
 			if dr, handled := t.snat.inbound(sb, p, c); handled {
 				p.Hash = hash
-				return dr
+				return nil, dr
 			}
 		}
-		return DropNoNATRule
+		return nil, DropNoNATRule
 	}
 	lb := v.rules[r.ID].pick(macWord(p.Data()))
 	if lb == nil {
-		return DropNoLocalBackend
+		return nil, DropNoLocalBackend
 	}
 	vport := k.DstPort
 	dport := lb.port
@@ -95,38 +116,38 @@ func (t *Translator) inbound(v *view, sb *snatBatch, p *engine.Packet, now flow.
 		p.Hash = t.hasher.SymmetricHash(k) // client → VIP, before translation
 	}
 	if !rewrite(p, header.SideDst, &lb.addr, dport) {
-		return engine.DropUnsupported
+		return nil, engine.DropUnsupported
 	}
 	// The return key, (VNI, proto, DIP:dport → client:cport), built in
 	// place rather than by copying the key around with Reverse.
-	var ret flow.Key
+	ret := &sc.ret[i]
 	ret.Src, ret.Dst = lb.addr, k.Src
 	ret.SrcPort, ret.DstPort = dport, k.SrcPort
 	ret.VNI, ret.Proto, ret.Family = k.VNI, k.Proto, k.Family
 	k.Dst, k.DstPort = lb.addr, dport
 	p.Rule, p.Backend = r, lb.idx
-	t.track(&ret, lb, vport, p.StateClass(), now, c)
+	t.table.conns.Prepare(&sc.q[i], ret)
+	sc.vport[i] = vport
 	c[cInbound]++
-	return 0
+	return lb, 0
 }
 
-// track records or refreshes the connection whose return key is ret, given
-// the class the client's packet suggests. The key is hashed once, for the
-// lookup and the insert or class change that may follow.
+// track records or refreshes the connection whose return key is ret, with
+// q prepared for it (ret is hashed once, for the lookup and the insert or
+// class change that may follow), given the class the client's packet
+// suggests.
 //
 // A connection is entered untrusted whatever its first packet, and is
 // promoted by the trust rule of flow.ConnTable.Next (a later client packet,
 // not a SYN, FIN or RST, ProveAfter after the entry was stored), as on the
 // Mux: a flood of spoofed SYNs, FINs, RSTs, ACKs or datagrams that the Mux
 // forwarded fills this table with evictable entries only.
-func (t *Translator) track(ret *flow.Key, lb *localBackend, vport uint16, seen flow.StateClass, now flow.Tick, c *counts) {
+func (t *Translator) track(q *flow.ConnQuery, ret *flow.Key, lb *localBackend, vport uint16, seen flow.StateClass, now flow.Tick, c *counts) {
 	conns := t.table.conns
-	var q flow.ConnQuery
-	conns.Prepare(&q, ret)
-	if id, cur, age, ok := conns.LookupPreparedAge(&q, now); ok && id == lb.id {
+	if id, cur, age, ok := conns.LookupPreparedAge(q, now); ok && id == lb.id {
 		next := conns.Next(cur, seen, age)
 		if next != cur {
-			if !conns.SetClassPrepared(&q, next, now) {
+			if !conns.SetClassPrepared(q, next, now) {
 				next = cur // refused (proven limit) or busy: as it was
 			} else if cur == flow.ClassUntrusted {
 				c[cPromoted]++
@@ -140,7 +161,7 @@ func (t *Translator) track(ret *flow.Key, lb *localBackend, vport uint16, seen f
 		}
 		return
 	}
-	res := conns.InsertPrepared(&q, lb.id, flow.ClassUntrusted, now)
+	res := conns.InsertPrepared(q, lb.id, flow.ClassUntrusted, now)
 	if !res.Stored() {
 		c[cRefused]++
 		return

@@ -124,10 +124,14 @@ type Translator struct {
 	scratch engine.PerWorker[batchScratch]
 }
 
-// batchScratch holds the Return stage's prepared queries, one per packet
-// of a batch.
+// batchScratch holds the Return and Inbound stages' prepared queries, one
+// per packet of a batch, and Inbound's return keys, local backends and
+// VIP ports between its two passes.
 type batchScratch struct {
-	q [engine.MaxBatch]flow.ConnQuery
+	q     [engine.MaxBatch]flow.ConnQuery
+	ret   [engine.MaxBatch]flow.Key
+	lb    [engine.MaxBatch]*localBackend
+	vport [engine.MaxBatch]uint16
 }
 
 // scratchFor returns worker w's scratch (a fresh one for a hand-made batch
