@@ -174,6 +174,64 @@ func (t *Tracker) Offer(data []byte, o Origin, apply func(*Document) error) (boo
 	return true, nil
 }
 
+// Advance makes the running document version v without a parse or an
+// apply: the store's writer knows that version v says, for this node,
+// what the running version says (package fleet: a Host Agent's view that
+// the new version left unchanged, a document of which only the version
+// changed). The running document is kept with Version v (Document
+// returns a copy of it with that version; the rest is shared), and
+// Status reports version v applied now, at o. It refuses, like a stale
+// text, a version below the running one or an origin older than the
+// running revision; the running version itself is nothing to do. Before
+// the first apply there is nothing to advance: it returns an error
+// without recording it. It reports whether the version advanced.
+func (t *Tracker) Advance(v uint64, o Origin) (bool, error) {
+	cur := t.Document()
+	if cur == nil {
+		return false, fmt.Errorf("control: %s: no running document to advance to version %d", t.what, v)
+	}
+	st := t.Status()
+	if o.Revision != 0 && o.Revision < st.Revision {
+		err := fmt.Errorf("%w: %s holds revision %d (version %d), older than the running revision %d (version %d): "+
+			"the store went back in its history; keeping what runs",
+			ErrStaleVersion, t.what, o.Revision, v, st.Revision, cur.Version)
+		t.Refuse(err, ReasonStale)
+		return false, err
+	}
+	if v == cur.Version {
+		t.holdsRunning(v, o)
+		return false, nil
+	}
+	if v < cur.Version {
+		err := fmt.Errorf("%w: %s has version %d and the node runs %d; bump version to apply the change",
+			ErrStaleVersion, t.what, v, cur.Version)
+		t.Refuse(err, ReasonStale)
+		return false, err
+	}
+	doc := *cur
+	doc.Version = v
+	// The running text's hash and canonical text were version cur's.
+	t.appliedHashed, t.appliedText = false, nil
+	now := time.Now()
+	t.mu.Lock()
+	t.doc = &doc
+	t.st.Version, t.st.AppliedAt = v, now
+	t.st.Revision, t.st.Committed = o.Revision, o.Committed
+	t.st.LastError, t.st.Reason, t.st.LastErrorAt = nil, "", time.Time{}
+	t.st.Applied++
+	st = t.st
+	t.mu.Unlock()
+	attrs := []any{"version", v, "from", cur.Version, "unchanged", true}
+	if o.Revision != 0 {
+		attrs = append(attrs, "revision", o.Revision)
+	}
+	if d := st.SyncDelay(); d != 0 {
+		attrs = append(attrs, "sync_delay", d)
+	}
+	t.log.Info("control: applied", attrs...)
+	return true, nil
+}
+
 // holdsRunning records that the store holds the running document, of
 // version v, at o: nothing to apply, and nothing wrong any more.
 func (t *Tracker) holdsRunning(v uint64, o Origin) {

@@ -133,3 +133,69 @@ func BenchmarkTrackerOffer(b *testing.B) {
 		}
 	})
 }
+
+// TestTrackerAdvance: Advance gives the running document a new version
+// without a parse or an apply, and keeps the version monotonic whichever
+// way the next version comes: a text of the advanced version or below is
+// stale, an origin older than the advanced revision too, and a text above
+// it applies.
+func TestTrackerAdvance(t *testing.T) {
+	type step struct {
+		name    string
+		advance uint64 // Advance to this version; else Offer text
+		text    []byte
+		rev     int64
+		applied bool
+		err     error
+		version uint64 // running afterwards
+	}
+	steps := []step{
+		{name: "before any document", advance: 2, rev: 5, err: errNoRunning, version: 0},
+		{name: "first version", text: docV(1, ""), rev: 10, applied: true, version: 1},
+		{name: "advanced", advance: 3, rev: 12, applied: true, version: 3},
+		{name: "the same version again", advance: 3, rev: 12, version: 3},
+		{name: "an older version", advance: 2, rev: 13, err: ErrStaleVersion, version: 3},
+		{name: "an older revision", advance: 4, rev: 11, err: ErrStaleVersion, version: 3},
+		{name: "a text of the advanced version", text: docV(3, "hash_seed: 7\n"), rev: 14, err: ErrVersionConflict, version: 3},
+		{name: "a text below it", text: docV(2, ""), rev: 15, err: ErrStaleVersion, version: 3},
+		{name: "the first text at an older revision", text: docV(1, ""), rev: 10, err: ErrStaleVersion, version: 3},
+		{name: "a newer text", text: docV(4, ""), rev: 16, applied: true, version: 4},
+	}
+	tr := NewTracker("doc", "etcd", slog.New(slog.DiscardHandler))
+	parses := 0
+	tr.SetParse(func(name string, data []byte) (*Document, error) {
+		parses++
+		return parse(name, data)
+	})
+	var applied []uint64
+	apply := func(d *Document) error { applied = append(applied, d.Version); return nil }
+	for _, s := range steps {
+		var ok bool
+		var err error
+		if s.advance != 0 {
+			before := parses
+			ok, err = tr.Advance(s.advance, Origin{Revision: s.rev})
+			assert.Equal(t, before, parses, "%s: Advance parsed", s.name)
+		} else {
+			ok, err = tr.Offer(s.text, Origin{Revision: s.rev}, apply)
+		}
+		assert.Equal(t, s.applied, ok, s.name)
+		switch {
+		case s.err == errNoRunning:
+			assert.Error(t, err, s.name)
+		case s.err != nil:
+			assert.ErrorIs(t, err, s.err, s.name)
+		default:
+			assert.NoError(t, err, s.name)
+		}
+		assert.Equal(t, s.version, tr.Status().Version, s.name)
+		if d := tr.Document(); d != nil {
+			assert.Equal(t, s.version, d.Version, "%s: Document's version", s.name)
+		}
+	}
+	assert.Equal(t, []uint64{1, 4}, applied, "Advance calls no apply")
+	assert.EqualValues(t, 3, tr.Status().Applied, "applies counted: 1, advanced to 3, 4")
+}
+
+// errNoRunning marks a step whose Advance finds no running document.
+var errNoRunning = errors.New("no running document")
