@@ -11,7 +11,12 @@
 // through a member's death. Each node runs a Source
 // (a control.Source): it reads the document at start, then watches it,
 // and applies each newer version by the same rules as a file
-// (control.Tracker). A node never goes backwards: a document of a lower
+// (control.Tracker). A Mux reads the whole document; a Host Agent reads
+// only its host's view of it (HostView: its VMs, every VIP with only its
+// own backends, the outbound sections and inbound NAT rules it needs, as
+// a document its parser accepts), which Apply writes beside the document
+// for every host — a few kilobytes per host instead of the whole
+// document per host. A node never goes backwards: a document of a lower
 // version, or of an older etcd revision than the running one (a store
 // restored from an old backup), is refused and reported. A node that
 // loses etcd keeps forwarding on its last applied version — the data path
@@ -30,6 +35,10 @@
 //
 //	document            the document, as written (YAML)
 //	document.commit     JSON: version, committed_at, by — written in the same transaction
+//	views/<host>        YAML: the host's view of the document (HostView), of the version that last changed it
+//	views.sums/<host>   the view's sum (its version left out), written with it, read by Apply only
+//	views.commit        JSON, like document.commit — written in the document's transaction, after the views
+//	apply.claim         JSON: who applies, under the applier's lease, while views go in several transactions
 //	status/<role>/<name> JSON NodeStatus, under the node's lease
 //	health/<host>/<vni>/<dip>/<port> JSON health.Verdict, under the host's lease (HealthPublisher)
 //	ports/claims/<vip>/<first> JSON PortClaim, under the holder's lease (PortAllocator)
@@ -38,6 +47,29 @@
 // The sync delay a node reports is its apply time minus committed_at,
 // which the writer's clock records: the writer's and the node's clocks
 // must agree (NTP) for it to mean much.
+//
+// # Views
+//
+// Apply writes a view only when it changed (its sum, version left out,
+// differs from the stored one's), and deletes the views of hosts the
+// document no longer lists. When the views that changed fit in the
+// document's transaction (MaxTxnOps operations, a megabyte), everything
+// is one transaction. Otherwise Apply takes apply.claim (create-only,
+// under a lease it keeps alive; another Apply meanwhile gets
+// ErrApplyInProgress), writes the views in transactions within the
+// limits, each on condition that the claim is still its own, and then
+// writes the document, document.commit and views.commit in one
+// transaction on condition that the document and the claim are as it
+// found them, deleting the claim. A Host Agent's Source watches
+// views.commit; on each commit it reads its view as of the commit's
+// revision (views written since belong to an apply under way, or to one
+// that died half way, which the next apply writes over), so it never
+// runs half of a set. A view the commit left as it was is neither read
+// nor parsed again: the Source compares its revision in the transaction
+// that reads the commit, and advances the running view to the commit's
+// version (control.Tracker.Advance), so the host reports the fleet's
+// version. Versions stay monotonic: a commit of a lower version, or an
+// older revision, is refused like a stale document.
 //
 // # Outbound port ranges
 //
@@ -111,8 +143,9 @@
 //
 // # Scale
 //
-// Every node reads the whole document on every version, so one etcd
-// member sends it once per node: BenchmarkFleetScale (1,000 Host Agents,
-// 10,000 DIPs, 16 Muxes in one process; benchmarks/README.md) measures
-// what that costs, and what a DIP's failure costs the Muxes.
+// A Mux reads the whole document on every version, a Host Agent its view
+// when it changed and a small commit record otherwise:
+// BenchmarkFleetScale (1,000 Host Agents, 10,000 DIPs, 16 Muxes in one
+// process; benchmarks/README.md) measures what that costs, and what a
+// DIP's failure costs the Muxes.
 package fleet

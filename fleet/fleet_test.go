@@ -90,6 +90,11 @@ func runNode(t *testing.T, c *clientv3.Client) *node {
 	src, err := NewSource(SourceConfig{Client: c, Retry: 100 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	require.NoError(t, err)
+	return startNode(t, src)
+}
+
+// startNode runs src the way a node does; its cleanup stops it.
+func startNode(t *testing.T, src *Source) *node {
 	n := &node{src: src, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
@@ -106,9 +111,10 @@ func runNode(t *testing.T, c *clientv3.Client) *node {
 			return nil
 		})
 	}()
+	var stopped sync.Once
 	t.Cleanup(func() {
 		cancel()
-		assert.NoError(t, <-n.done)
+		stopped.Do(func() { assert.NoError(t, <-n.done) })
 	})
 	return n
 }
@@ -199,15 +205,17 @@ func TestApplyCompareAndSwap(t *testing.T) {
 	_, err := e.apply(docV(1, ""))
 	require.NoError(t, err)
 	ctx := context.Background()
-	base, err := Get(ctx, e.client, "")
-	require.NoError(t, err)
 	d2, err := control.Parse(docV(2, ""))
 	require.NoError(t, err)
 	d3, err := control.Parse(docV(3, ""))
 	require.NoError(t, err)
-	_, err = applyOn(ctx, e.client, "", base, docV(2, ""), d2, "a")
+	a2 := newApplier(e.client, "", docV(2, ""), d2, "a", applyLimits{})
+	a3 := newApplier(e.client, "", docV(3, ""), d3, "b", applyLimits{})
+	base, err := a2.read(ctx)
 	require.NoError(t, err)
-	_, err = applyOn(ctx, e.client, "", base, docV(3, ""), d3, "b")
+	_, err = a2.write(ctx, base)
+	require.NoError(t, err)
+	_, err = a3.write(ctx, base)
 	assert.ErrorIs(t, err, ErrConcurrentWrite)
 	got, err := Get(ctx, e.client, "")
 	require.NoError(t, err)

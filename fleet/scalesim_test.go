@@ -289,9 +289,25 @@ func (s *sim) mustRun(ctx context.Context, err error) {
 func (s *sim) startHost(ctx context.Context, i int, c *clientv3.Client) {
 	h := &simHost{name: hostName(i)}
 	var err error
-	h.src, err = fleet.NewSource(fleet.SourceConfig{Client: c, Logger: s.log, Parse: s.parse.parse})
+	var rep *fleet.Reporter
+	// A Host Agent follows its view (fleet.HostView), parsed by itself:
+	// views differ by host. A version that leaves its view as it was
+	// advances it without an apply, so arrivals are counted from its
+	// status, after every offer.
+	h.src, err = fleet.NewSource(fleet.SourceConfig{Client: c, Logger: s.log, Host: h.name,
+		OnOffer: func() {
+			old, v := h.version.Load(), h.src.Status().Version
+			if v <= old {
+				return
+			}
+			h.version.Store(v)
+			rep.Poke()
+			for w := old + 1; w <= v; w++ {
+				s.rec.arrive(versionKey(w), s.nodes())
+			}
+		}})
 	s.must(err)
-	rep, err := fleet.NewReporter(fleet.ReporterConfig{Client: c, Role: fleet.RoleHostAgent, Name: h.name, Logger: s.log, TTL: leaseTTL,
+	rep, err = fleet.NewReporter(fleet.ReporterConfig{Client: c, Role: fleet.RoleHostAgent, Name: h.name, Logger: s.log, TTL: leaseTTL,
 		Status: func() fleet.NodeStatus { return statusOf(fleet.RoleHostAgent, h.name, h.src, h.version.Load()) }})
 	s.must(err)
 	h.pub, err = fleet.NewHealthPublisher(fleet.HealthPublisherConfig{Client: c, Host: h.name, Logger: s.log, TTL: leaseTTL})
@@ -302,12 +318,7 @@ func (s *sim) startHost(ctx context.Context, i int, c *clientv3.Client) {
 	h.pub.Publish(h.up)
 	s.hosts = append(s.hosts, h)
 	s.wg.Go(func() {
-		s.mustRun(ctx, h.src.Run(ctx, func(d *control.Document) error {
-			h.version.Store(d.Version)
-			rep.Poke()
-			s.rec.arrive(versionKey(d.Version), s.nodes())
-			return nil
-		}))
+		s.mustRun(ctx, h.src.Run(ctx, func(d *control.Document) error { return nil }))
 	})
 	s.wg.Go(func() { rep.Run(ctx) })
 	s.wg.Go(func() { h.pub.Run(ctx) })

@@ -39,6 +39,14 @@ type SourceConfig struct {
 	// offers (applied or refused), from Run's goroutine: a node reports
 	// its status then (the Reporter's Poke).
 	OnOffer func()
+	// Host, when set, makes the Source a Host Agent's: it follows the
+	// view of the host of that name (a hosts[] name; HostView), which
+	// Apply writes under views/<Host>, instead of the whole document.
+	// It watches the views' commit record, and on each commit reads its
+	// view at the commit's revision, so it never sees a half-written set;
+	// a commit that left its view as it was advances its version without
+	// a parse (control.Tracker.Advance).
+	Host string
 }
 
 // Source is a control.Source that reads the fleet's document from etcd
@@ -53,6 +61,10 @@ type Source struct {
 	ready   chan struct{}
 	running atomic.Bool
 	onOffer func()
+	host    string // a Host Agent's host: follow its view
+	// viewRev is the ModRevision of the view the Tracker runs (Run's
+	// goroutine only).
+	viewRev int64
 }
 
 var _ control.Source = (*Source)(nil)
@@ -67,13 +79,17 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	log = log.With("key", k.document())
+	key := k.document()
+	if cfg.Host != "" {
+		key = k.view(cfg.Host)
+	}
+	log = log.With("key", key)
 	if cfg.Retry <= 0 {
 		cfg.Retry = DefaultRetry
 	}
-	t := control.NewTracker("etcd:"+k.document(), "etcd", log)
+	t := control.NewTracker("etcd:"+key, "etcd", log)
 	t.SetParse(cfg.Parse)
-	return &Source{c: cfg.Client, k: k, log: log, retry: cfg.Retry, t: t, onOffer: cfg.OnOffer,
+	return &Source{c: cfg.Client, k: k, log: log, retry: cfg.Retry, t: t, onOffer: cfg.OnOffer, host: cfg.Host,
 		reload: make(chan struct{}, 1), ready: make(chan struct{})}, nil
 }
 
@@ -142,6 +158,9 @@ func (s *Source) Run(ctx context.Context, apply func(*control.Document) error) e
 func (s *Source) read(ctx context.Context, apply func(*control.Document) error) (int64, bool, error) {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if s.host != "" {
+		return s.readView(rctx, apply)
+	}
 	docs, commits, rev, err := readDocument(rctx, s.c, s.k)
 	if err != nil {
 		return 0, false, err
@@ -178,6 +197,9 @@ func (s *Source) watch(ctx context.Context, rev int64, apply func(*control.Docum
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := s.c.Watch(wctx, s.k.document(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	if s.host != "" {
+		wch = s.c.Watch(wctx, s.k.viewsCommit(), clientv3.WithRev(rev+1))
+	}
 	var retry <-chan time.Time
 	if s.t.Status().Reason == control.ReasonApply {
 		retry = time.After(s.retry) // a refused apply is tried again
@@ -214,7 +236,15 @@ func (s *Source) watch(ctx context.Context, rev int64, apply func(*control.Docum
 				s.pause(ctx)
 				return rev
 			}
-			s.events(resp.Events, apply)
+			if s.host != "" {
+				if len(resp.Events) > 0 {
+					if r := reread(); r > rev {
+						rev = r
+					}
+				}
+			} else {
+				s.events(resp.Events, apply)
+			}
 			if resp.Header.Revision > rev {
 				rev = resp.Header.Revision
 			}
@@ -223,6 +253,72 @@ func (s *Source) watch(ctx context.Context, rev int64, apply func(*control.Docum
 			}
 		}
 	}
+}
+
+// readView reads the views' commit record and the host's view, and
+// offers the view as it was at the commit's revision (or advances the
+// running one to the commit's version when its view did not change). It
+// returns the store's revision, whether a commit is there, and an error if
+// etcd did not answer.
+func (s *Source) readView(ctx context.Context, apply func(*control.Document) error) (int64, bool, error) {
+	view := s.k.view(s.host)
+	// When the running view is still there, only the commit record
+	// comes back.
+	resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(view), "=", s.viewRev)).
+		Then(clientv3.OpGet(s.k.viewsCommit())).
+		Else(clientv3.OpGet(s.k.viewsCommit()), clientv3.OpGet(view)).Commit()
+	if err != nil {
+		return 0, false, err
+	}
+	rev := resp.Header.Revision
+	commits := resp.Responses[0].GetResponseRange().Kvs
+	if len(commits) == 0 {
+		return rev, false, nil
+	}
+	cm, _ := decodeCommit(commits[0].Value)
+	o := control.Origin{Revision: commits[0].ModRevision, Committed: cm.CommittedAt}
+	defer func() {
+		if s.onOffer != nil {
+			s.onOffer()
+		}
+	}()
+	var kv *mvccpb.KeyValue
+	if !resp.Succeeded {
+		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+			kv = kvs[0]
+		}
+		if kv != nil && kv.ModRevision > o.Revision {
+			// Written since the commit: an apply under way (or one
+			// that failed). The view as committed:
+			at, err := s.c.Get(ctx, view, clientv3.WithRev(o.Revision))
+			if err != nil {
+				return 0, false, err
+			}
+			kv = nil
+			if len(at.Kvs) > 0 {
+				kv = at.Kvs[0]
+			}
+		}
+	}
+	switch {
+	case resp.Succeeded && s.viewRev == 0, !resp.Succeeded && kv == nil:
+		s.t.Refuse(fmt.Errorf("%w: version %d has no view under %s: is %q this host's name in hosts[]?",
+			ErrNoView, cm.Version, view, s.host), control.ReasonInvalid)
+		return rev, true, nil
+	case kv == nil || kv.ModRevision == s.viewRev:
+		// The running view is the committed one.
+		s.t.Advance(cm.Version, o)
+		return rev, true, nil
+	}
+	if _, err := s.t.Offer(kv.Value, o, apply); err != nil {
+		return rev, true, nil // refused, recorded: the next commit tries again
+	}
+	s.viewRev = kv.ModRevision
+	if s.t.Status().Version < cm.Version {
+		// The view was written by an earlier version than the commit's.
+		s.t.Advance(cm.Version, o)
+	}
+	return rev, true, nil
 }
 
 // events offers the newest document put among evs (one transaction's

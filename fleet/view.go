@@ -1,8 +1,11 @@
 package fleet
 
 import (
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -43,93 +46,177 @@ func HostView(doc *control.Document, host string) (*control.Document, error) {
 	if hi < 0 {
 		return nil, fmt.Errorf("%w: version %d lists no host named %q", ErrNoView, doc.Version, host)
 	}
-	type vniAddr struct {
-		vni  uint32
-		addr netip.Addr
+	return newViews(doc).view(hi), nil
+}
+
+type vniAddr struct {
+	vni  uint32
+	addr netip.Addr
+}
+
+// views builds every host's view of one document in time linear in the
+// document (a fleet's apply builds a thousand), and sums them (viewSum)
+// without marshalling them.
+type views struct {
+	doc *control.Document
+	// shared is what every view holds: the fleet-wide settings, every VIP
+	// without its backends (an inbound NAT rule's VIP with its one), the
+	// inbound NAT rules; Version 0.
+	shared    control.Document
+	sharedSum [sha256.Size]byte
+	// Per host (an index into doc.Hosts): its backends, as (VIP,
+	// backend) indexes in document order; the outbound sections listing
+	// one of its DIPs.
+	backends [][][2]int
+	outbound [][]int
+	owner    map[vniAddr]int // a VM's host
+	natVMs   map[vniAddr]bool
+}
+
+func newViews(doc *control.Document) *views {
+	vs := &views{doc: doc, owner: map[vniAddr]int{}, natVMs: map[vniAddr]bool{},
+		backends: make([][][2]int, len(doc.Hosts)), outbound: make([][]int, len(doc.Hosts))}
+	for i := range doc.Hosts {
+		for _, vm := range doc.Hosts[i].VMs {
+			vs.owner[vniAddr{vm.VNI, vm.Address}] = i
+		}
 	}
-	local := map[vniAddr]bool{}
-	for _, vm := range doc.Hosts[hi].VMs {
-		local[vniAddr{vm.VNI, vm.Address}] = true
-	}
-	v := &control.Document{
-		Version:            doc.Version,
+	vs.shared = control.Document{
 		Written:            doc.Written,
 		HashSeed:           doc.HashSeed,
 		MaglevMinTableSize: doc.MaglevMinTableSize,
-		InfraPrefixes:      slices.Clone(doc.InfraPrefixes),
-		MuxPrefixes:        slices.Clone(doc.MuxPrefixes),
-		InboundNAT:         slices.Clone(doc.InboundNAT),
+		InfraPrefixes:      doc.InfraPrefixes,
+		MuxPrefixes:        doc.MuxPrefixes,
+		InboundNAT:         doc.InboundNAT,
+		VIPs:               make([]control.VIP, len(doc.VIPs)),
 	}
-	// VMs of other hosts that the view's sections name.
-	named := map[vniAddr]bool{}
-	v.VIPs = make([]control.VIP, len(doc.VIPs))
 	for i := range doc.VIPs {
-		src := &doc.VIPs[i]
-		vip := *src
-		vip.Backends = nil
-		if src.Probe != nil {
-			p := *src.Probe
-			vip.Probe = &p
-		}
-		for _, b := range src.Backends {
-			// An inbound NAT rule's VIP keeps its one backend: the
-			// parser makes it from the rule, whose targets stay named.
-			if src.InboundNAT != "" || local[vniAddr{src.VNI, b.Address}] {
-				vip.Backends = append(vip.Backends, b)
-			}
-		}
-		v.VIPs[i] = vip
-	}
-	for i := range v.InboundNAT {
-		r := &v.InboundNAT[i]
-		r.Targets = slices.Clone(r.Targets)
-		for _, a := range r.Targets {
-			named[vniAddr{r.VNI, a}] = true
-		}
-	}
-	for _, ob := range doc.Outbound {
-		if !slices.ContainsFunc(ob.DIPs, func(a netip.Addr) bool { return local[vniAddr{ob.VNI, a}] }) {
+		v := &doc.VIPs[i]
+		vs.shared.VIPs[i] = *v
+		if v.InboundNAT != "" {
+			// Its one backend stays: the parser makes the VIP from the
+			// rule, whose targets every view names.
 			continue
 		}
-		ob.DIPs, ob.Pool, ob.Static = slices.Clone(ob.DIPs), slices.Clone(ob.Pool), slices.Clone(ob.Static)
+		vs.shared.VIPs[i].Backends = nil
+		for j := range v.Backends {
+			if h, ok := vs.owner[vniAddr{v.VNI, v.Backends[j].Address}]; ok {
+				vs.backends[h] = append(vs.backends[h], [2]int{i, j})
+			}
+		}
+	}
+	for _, r := range doc.InboundNAT {
+		for _, a := range r.Targets {
+			vs.natVMs[vniAddr{r.VNI, a}] = true
+		}
+	}
+	for i, ob := range doc.Outbound {
+		for _, a := range ob.DIPs {
+			if h, ok := vs.owner[vniAddr{ob.VNI, a}]; ok && !slices.Contains(vs.outbound[h], i) {
+				vs.outbound[h] = append(vs.outbound[h], i)
+			}
+		}
+	}
+	b, err := json.Marshal(&vs.shared)
+	if err != nil {
+		panic(fmt.Sprintf("fleet: a document that does not encode: %v", err)) // every field of a Document encodes
+	}
+	vs.sharedSum = sha256.Sum256(b)
+	return vs
+}
+
+// hosts returns the hosts entries of host hi's view: its own whole, the
+// others' with only the VMs named (the inbound NAT rules' targets, the
+// DIPs of outbound sections obs), in document order.
+func (vs *views) hosts(hi int, obs []int) []control.Host {
+	named := maps.Clone(vs.natVMs)
+	for _, i := range obs {
+		ob := &vs.doc.Outbound[i]
 		for _, a := range ob.DIPs {
 			named[vniAddr{ob.VNI, a}] = true
 		}
-		v.Outbound = append(v.Outbound, ob)
 	}
-	for i, h := range doc.Hosts {
+	var idx []int
+	for k := range named {
+		if h, ok := vs.owner[k]; ok && h != hi {
+			idx = append(idx, h)
+		}
+	}
+	idx = append(idx, hi)
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	out := make([]control.Host, 0, len(idx))
+	for _, i := range idx {
+		h := vs.doc.Hosts[i]
 		if i == hi {
 			h.VMs = slices.Clone(h.VMs)
-			v.Hosts = append(v.Hosts, h)
-			continue
+		} else {
+			h.VMs = slices.DeleteFunc(slices.Clone(h.VMs), func(vm control.VM) bool { return !named[vniAddr{vm.VNI, vm.Address}] })
 		}
-		var vms []control.VM
-		for _, vm := range h.VMs {
-			if named[vniAddr{vm.VNI, vm.Address}] {
-				vms = append(vms, vm)
-			}
-		}
-		if len(vms) > 0 {
-			h.VMs = vms
-			v.Hosts = append(v.Hosts, h)
-		}
+		out = append(out, h)
 	}
-	return v, nil
+	return out
 }
 
-// hostViews returns every host's view of doc, marshalled, by host name.
-func hostViews(doc *control.Document) (map[string][]byte, error) {
-	out := make(map[string][]byte, len(doc.Hosts))
-	for _, h := range doc.Hosts {
-		v, err := HostView(doc, h.Name)
-		if err != nil {
-			return nil, err
-		}
-		text, err := v.Marshal()
-		if err != nil {
-			return nil, fmt.Errorf("fleet: view of host %q: %w", h.Name, err)
-		}
-		out[h.Name] = text
+// view returns host hi's view (see HostView).
+func (vs *views) view(hi int) *control.Document {
+	d := vs.doc
+	v := vs.shared
+	v.Version = d.Version
+	v.InfraPrefixes, v.MuxPrefixes, v.InboundNAT = slices.Clone(v.InfraPrefixes), slices.Clone(v.MuxPrefixes), slices.Clone(v.InboundNAT)
+	for i := range v.InboundNAT {
+		v.InboundNAT[i].Targets = slices.Clone(v.InboundNAT[i].Targets)
 	}
-	return out, nil
+	v.VIPs = slices.Clone(v.VIPs)
+	for i := range v.VIPs {
+		vip := &v.VIPs[i]
+		vip.Backends = slices.Clone(vip.Backends)
+		if vip.Probe != nil {
+			p := *vip.Probe
+			vip.Probe = &p
+		}
+	}
+	for _, r := range vs.backends[hi] {
+		vip := &v.VIPs[r[0]]
+		vip.Backends = append(vip.Backends, d.VIPs[r[0]].Backends[r[1]])
+	}
+	for _, i := range vs.outbound[hi] {
+		ob := d.Outbound[i]
+		ob.DIPs, ob.Pool, ob.Static = slices.Clone(ob.DIPs), slices.Clone(ob.Pool), slices.Clone(ob.Static)
+		v.Outbound = append(v.Outbound, ob)
+	}
+	v.Hosts = vs.hosts(hi, vs.outbound[hi])
+	return &v
+}
+
+// sum is a digest of host hi's view, its version left out: two documents
+// give a host's view the same sum when its view says the same in both,
+// whatever their versions (what Apply compares to leave a view as it is).
+func (vs *views) sum(hi int) [sha256.Size]byte {
+	d := vs.doc
+	type backend struct {
+		VIP int
+		B   control.Backend
+	}
+	own := struct {
+		Backends []backend
+		Outbound []control.Outbound
+		Hosts    []control.Host
+	}{Hosts: vs.hosts(hi, vs.outbound[hi])}
+	for _, r := range vs.backends[hi] {
+		own.Backends = append(own.Backends, backend{r[0], d.VIPs[r[0]].Backends[r[1]]})
+	}
+	for _, i := range vs.outbound[hi] {
+		own.Outbound = append(own.Outbound, d.Outbound[i])
+	}
+	b, err := json.Marshal(&own)
+	if err != nil {
+		panic(fmt.Sprintf("fleet: a document that does not encode: %v", err))
+	}
+	h := sha256.New()
+	h.Write(vs.sharedSum[:])
+	h.Write(b)
+	var s [sha256.Size]byte
+	h.Sum(s[:0])
+	return s
 }

@@ -46,7 +46,7 @@ import (
 func main() {
 	var (
 		uplink   = flag.String("uplink", "", "uplink interface (required)")
-		host     = flag.String("host", "", "this host's name or address in the document's hosts (default: the document's node.name)")
+		host     = flag.String("host", "", "this host's name or address in the document's hosts (default: the document's node.name); with -etcd, its name")
 		config   = flag.String("config", "", "desired-state document, YAML (required without -etcd)")
 		etcd     = flag.String("etcd", "", "etcd endpoints, comma-separated: take the fleet's document from etcd instead of -config, and report this host's status there (needs -host)")
 		etcdPfx  = flag.String("etcd-prefix", fleet.DefaultPrefix, "the fleet's etcd key prefix")
@@ -75,7 +75,7 @@ func main() {
 		fail(2, "-config or -etcd is required")
 	}
 	if *etcd != "" && *host == "" {
-		fail(2, "-etcd needs -host: the fleet's document serves every host")
+		fail(2, "-etcd needs -host: this host's name in the document's hosts (its view of the fleet's document is views/<name>)")
 	}
 	if *etcd != "" && *check {
 		fail(2, "-check reads -config; for the fleet's document use xdplbctl")

@@ -58,8 +58,14 @@ func NewFleet(endpoints, prefix, role, name string, log *slog.Logger) (*Fleet, e
 	}
 	f := &Fleet{Client: c, role: role, name: name, log: log, state: "starting", prefix: prefix}
 	// The status is written as soon as a document is applied or refused,
-	// and a Host Agent's outbound DIPs follow the document it runs.
-	src, err := fleet.NewSource(fleet.SourceConfig{Client: c, Prefix: prefix, Logger: log,
+	// and a Host Agent's outbound DIPs follow the document it runs. A
+	// Host Agent follows its host's view (fleet.HostView), a Mux the
+	// whole document.
+	host := ""
+	if role == fleet.RoleHostAgent {
+		host = name
+	}
+	src, err := fleet.NewSource(fleet.SourceConfig{Client: c, Prefix: prefix, Logger: log, Host: host,
 		OnOffer: func() { f.rep.Poke(); f.setOutboundDIPs() }})
 	if err != nil {
 		c.Close()
