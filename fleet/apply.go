@@ -342,9 +342,12 @@ func (a *applier) write(ctx context.Context, cur applyState) (int64, error) {
 		cmps = []clientv3.Cmp{docCmp, clientv3.Compare(clientv3.ModRevision(k.claim()), "=", a.claimRev)}
 		final = append(final, clientv3.OpDelete(k.claim()))
 	}
-	commit, _ := json.Marshal(Commit{Version: a.doc.Version, CommittedAt: time.Now().UTC(), By: a.by})
+	cm := Commit{Version: a.doc.Version, CommittedAt: time.Now().UTC(), By: a.by}
+	viewsCommit, _ := json.Marshal(cm)
+	cm.Sum = contentSum(a.text, a.doc.Version)
+	commit, _ := json.Marshal(cm)
 	final = append(final, clientv3.OpPut(k.document(), string(a.text)), clientv3.OpPut(k.commit(), string(commit)),
-		clientv3.OpPut(k.viewsCommit(), string(commit)))
+		clientv3.OpPut(k.viewsCommit(), string(viewsCommit)))
 	resp, err := a.c.Txn(ctx).If(cmps...).Then(final...).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("fleet: write %s: %w", k.document(), err)

@@ -11,7 +11,9 @@
 // through a member's death. Each node runs a Source
 // (a control.Source): it reads the document at start, then watches it,
 // and applies each newer version by the same rules as a file
-// (control.Tracker). A Mux reads the whole document; a Host Agent reads
+// (control.Tracker). A Mux reads the whole document (but neither parses
+// nor applies a version whose commit record says only the version
+// changed: its content sum is the running one's); a Host Agent reads
 // only its host's view of it (HostView: its VMs, every VIP with only its
 // own backends, the outbound sections and inbound NAT rules it needs, as
 // a document its parser accepts), which Apply writes beside the document
@@ -34,7 +36,7 @@
 // Under a prefix (DefaultPrefix, "/xdplb/"):
 //
 //	document            the document, as written (YAML)
-//	document.commit     JSON: version, committed_at, by — written in the same transaction
+//	document.commit     JSON: version, committed_at, by, sum (the text's, version line left out) — written in the same transaction
 //	views/<host>        YAML: the host's view of the document (HostView), of the version that last changed it
 //	views.sums/<host>   the view's sum (its version left out), written with it, read by Apply only
 //	views.commit        JSON, like document.commit — written in the document's transaction, after the views

@@ -192,7 +192,7 @@ func TestSourceFollowsTheStore(t *testing.T) {
 	assert.Equal(t, uint64(3), n.src.Status().Version)
 	assert.NotNil(t, n.src.Document())
 	e.start()
-	_, err = e.apply(docV(4, ""))
+	_, err = e.apply(docV(4, "hash_seed: 9\n"))
 	require.NoError(t, err)
 	eventually(t, "version 4 after etcd came back", func() bool { return n.src.Status().Version == 4 })
 	assert.Equal(t, []uint64{1, 2, 3, 4}, n.versions())

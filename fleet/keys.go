@@ -1,7 +1,11 @@
 package fleet
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -62,6 +66,55 @@ type Commit struct {
 	CommittedAt time.Time `json:"committed_at"`
 	// By says who wrote it (user@host), for status.
 	By string `json:"by,omitempty"`
+	// Sum is the document's content sum (contentSum: its text without
+	// its version line), "" when the text has no version line of its
+	// own. A Mux whose running document has the same sum advances to
+	// Version without a parse or an apply.
+	Sum string `json:"sum,omitempty"`
+}
+
+// contentSum is a digest of a document's text with its top-level version
+// line left out (and a seal's checksum line, which follows the version):
+// two texts of the same sum say the same but for their versions. It is ""
+// unless the text has exactly one line "version: N" (N being version, the
+// parsed document's; spaces allowed around N): only the top level of a
+// document has a version key, and a flow-style top level may keep its
+// version elsewhere, when the text is summed not at all.
+func contentSum(text []byte, version uint64) string {
+	h := sha256.New()
+	found := 0
+	for rest := text; len(rest) > 0; {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte{'\n'})
+		if v, ok := versionLine(line); ok {
+			if v != version {
+				return ""
+			}
+			found++
+			continue
+		}
+		if bytes.HasPrefix(line, []byte("checksum:")) {
+			continue
+		}
+		h.Write(line)
+		h.Write([]byte{'\n'})
+	}
+	if found != 1 {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// versionLine parses a line "version: N" (spaces or tabs around N, a
+// trailing CR).
+func versionLine(line []byte) (uint64, bool) {
+	rest, ok := bytes.CutPrefix(line, []byte("version:"))
+	if !ok {
+		return 0, false
+	}
+	rest = bytes.Trim(rest, " \t\r")
+	v, err := strconv.ParseUint(string(rest), 10, 64)
+	return v, err == nil && len(rest) > 0 && rest[0] != '+'
 }
 
 func decodeCommit(b []byte) (Commit, bool) {

@@ -21,6 +21,7 @@ var (
 	scaleApplies  = flag.Int("scale.applies", 20, "BenchmarkFleetScale: versions applied")
 	scaleFailures = flag.Int("scale.failures", 50, "BenchmarkFleetScale: DIP failures (each then recovers)")
 	scaleIdle     = flag.Duration("scale.idle", 15*time.Second, "BenchmarkFleetScale: idle time measured for etcd's steady load")
+	scaleChange   = flag.Bool("scale.change", false, "BenchmarkFleetScale: each version changes a backend's weight, not only the version")
 )
 
 // scaleResult is what runScale measures.
@@ -77,48 +78,61 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // TestFleetScaleSmall runs the scale simulation small (30 hosts, 300
 // DIPs, 2 Muxes) and asserts what it measures happened, never how fast:
-// every node applied every version and reported it, every Mux's rules
+// every node reached every version and reported it, every Mux's rules
 // followed every DIP's failure and recovery, the fleet's status shows it
-// all, and all the nodes shared one parse per version.
+// all, and the Muxes shared one parse per version they parsed: none for
+// a version that changes only the version (they advance without an
+// apply), one for a version that changes a backend (which they apply).
 func TestFleetScaleSmall(t *testing.T) {
-	shape := scaleShape{Hosts: 30, DIPsPerHost: 10, VIPs: 5, Muxes: 2}
-	s := startSim(t, shape, time.Minute)
-	const applies, failures = 2, 4
-	r := runScale(t, s, 2, applies, failures, 0)
-	if len(r.applied) != applies || len(r.live) != applies || len(r.down) != failures || len(r.up) != failures {
-		t.Fatalf("measured %d applies, %d live, %d downs, %d ups", len(r.applied), len(r.live), len(r.down), len(r.up))
-	}
-	for _, m := range s.muxes {
-		if got := m.ctl.Version(); got != 1+applies {
-			t.Errorf("%s runs version %d, want %d", m.name, got, 1+applies)
-		}
-	}
-	for _, h := range s.hosts {
-		if got := h.src.Status().Version; got != 1+applies {
-			t.Errorf("%s runs version %d, want %d", h.name, got, 1+applies)
-		}
-	}
-	if got := s.parse.parses.Load(); got != 1+applies {
-		t.Errorf("%d parses for %d versions", got, 1+applies)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	f, err := fleet.ReadStatus(ctx, s.admin, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	live := f.Live(1 + applies)
-	if live[fleet.RoleMux] != [2]int{2, 2} || live[fleet.RoleHostAgent] != [2]int{shape.Hosts, shape.Hosts} {
-		t.Errorf("live: %v", live)
-	}
-	up := 0
-	for _, v := range f.Health {
-		if v.Up {
-			up++
-		}
-	}
-	if len(f.Health) != shape.dips() || up != shape.dips() {
-		t.Errorf("%d verdicts published, %d up; want %d, all up", len(f.Health), up, shape.dips())
+	for _, change := range []bool{false, true} {
+		t.Run(fmt.Sprintf("change=%v", change), func(t *testing.T) {
+			shape := scaleShape{Hosts: 30, DIPsPerHost: 10, VIPs: 5, Muxes: 2, Change: change}
+			s := startSim(t, shape, time.Minute)
+			const applies, failures = 2, 4
+			r := runScale(t, s, 2, applies, failures, 0)
+			if len(r.applied) != applies || len(r.live) != applies || len(r.down) != failures || len(r.up) != failures {
+				t.Fatalf("measured %d applies, %d live, %d downs, %d ups", len(r.applied), len(r.live), len(r.down), len(r.up))
+			}
+			parsed, applied := uint64(1), uint64(1)
+			if change {
+				parsed, applied = 1+applies, 1+applies
+			}
+			for _, m := range s.muxes {
+				if got := m.src.Status().Version; got != 1+applies {
+					t.Errorf("%s runs version %d, want %d", m.name, got, 1+applies)
+				}
+				if got := m.ctl.Version(); got != applied {
+					t.Errorf("%s's controller applied version %d, want %d", m.name, got, applied)
+				}
+			}
+			for _, h := range s.hosts {
+				if got := h.src.Status().Version; got != 1+applies {
+					t.Errorf("%s runs version %d, want %d", h.name, got, 1+applies)
+				}
+			}
+			if got := s.parse.parses.Load(); got != int64(parsed) {
+				t.Errorf("%d parses for %d versions, want %d", got, 1+applies, parsed)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			f, err := fleet.ReadStatus(ctx, s.admin, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			live := f.Live(1 + applies)
+			if live[fleet.RoleMux] != [2]int{2, 2} || live[fleet.RoleHostAgent] != [2]int{shape.Hosts, shape.Hosts} {
+				t.Errorf("live: %v", live)
+			}
+			up := 0
+			for _, v := range f.Health {
+				if v.Up {
+					up++
+				}
+			}
+			if len(f.Health) != shape.dips() || up != shape.dips() {
+				t.Errorf("%d verdicts published, %d up; want %d, all up", len(f.Health), up, shape.dips())
+			}
+		})
 	}
 }
 
@@ -138,7 +152,7 @@ func BenchmarkFleetScale(b *testing.B) {
 	if testing.Short() {
 		b.Skip("the fleet simulation takes minutes")
 	}
-	shape := scaleShape{Hosts: *scaleHosts, DIPsPerHost: *scaleDIPs, VIPs: *scaleVIPs, Muxes: *scaleMuxes}
+	shape := scaleShape{Hosts: *scaleHosts, DIPsPerHost: *scaleDIPs, VIPs: *scaleVIPs, Muxes: *scaleMuxes, Change: *scaleChange}
 	b.Logf("fleet: %d Host Agents (%d per etcd client), %d DIPs in %d VIPs, %d Muxes; document %d bytes",
 		shape.Hosts, hostsPerClient, shape.dips(), shape.VIPs, shape.Muxes, len(scaleDoc(shape, 1)))
 	t0 := time.Now()

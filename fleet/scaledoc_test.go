@@ -12,6 +12,10 @@ type scaleShape struct {
 	DIPsPerHost int // probed DIPs on each host
 	VIPs        int // the DIPs are spread over this many VIPs, one VNI each
 	Muxes       int
+	// Change makes each version change one backend's weight (DIP
+	// version mod dips has weight 2), not only the version: every Mux
+	// then parses and applies it, and one host's view changes.
+	Change bool
 }
 
 func (s scaleShape) dips() int { return s.Hosts * s.DIPsPerHost }
@@ -52,7 +56,11 @@ func scaleDoc(s scaleShape, version uint64) []byte {
 		fmt.Fprintf(&b, "- name: %s\n  address: 198.18.%d.%d\n  protocol: tcp\n  port: 80\n  vni: %d\n  probe: {type: tcp, port: 8080}\n  backends:\n",
 			vipName(v), 1+v/250, v%250+1, vipVNI(v))
 		for j := v; j < s.dips(); j += s.VIPs {
-			fmt.Fprintf(&b, "  - {address: %s,mac: %s,host: %s}\n", dipAddr(j), dipMAC(j), hostAddr(j/s.DIPsPerHost))
+			weight := ""
+			if s.Change && uint64(j) == version%uint64(s.dips()) {
+				weight = ",weight: 2"
+			}
+			fmt.Fprintf(&b, "  - {address: %s,mac: %s,host: %s%s}\n", dipAddr(j), dipMAC(j), hostAddr(j/s.DIPsPerHost), weight)
 		}
 	}
 	b.WriteString("hosts:\n")

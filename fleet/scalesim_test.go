@@ -295,17 +295,7 @@ func (s *sim) startHost(ctx context.Context, i int, c *clientv3.Client) {
 	// advances it without an apply, so arrivals are counted from its
 	// status, after every offer.
 	h.src, err = fleet.NewSource(fleet.SourceConfig{Client: c, Logger: s.log, Host: h.name,
-		OnOffer: func() {
-			old, v := h.version.Load(), h.src.Status().Version
-			if v <= old {
-				return
-			}
-			h.version.Store(v)
-			rep.Poke()
-			for w := old + 1; w <= v; w++ {
-				s.rec.arrive(versionKey(w), s.nodes())
-			}
-		}})
+		OnOffer: func() { s.offered(h.src, &h.version, rep) }})
 	s.must(err)
 	rep, err = fleet.NewReporter(fleet.ReporterConfig{Client: c, Role: fleet.RoleHostAgent, Name: h.name, Logger: s.log, TTL: leaseTTL,
 		Status: func() fleet.NodeStatus { return statusOf(fleet.RoleHostAgent, h.name, h.src, h.version.Load()) }})
@@ -322,6 +312,20 @@ func (s *sim) startHost(ctx context.Context, i int, c *clientv3.Client) {
 	})
 	s.wg.Go(func() { rep.Run(ctx) })
 	s.wg.Go(func() { h.pub.Run(ctx) })
+}
+
+// offered records the versions src reached since the last offer (an
+// apply, or an advance without one), and pokes the node's Reporter.
+func (s *sim) offered(src *fleet.Source, version *atomic.Uint64, rep *fleet.Reporter) {
+	old, v := version.Load(), src.Status().Version
+	if v <= old {
+		return
+	}
+	version.Store(v)
+	rep.Poke()
+	for w := old + 1; w <= v; w++ {
+		s.rec.arrive(versionKey(w), s.nodes())
+	}
 }
 
 // statusOf is what a node reports: its Source's status, with the version
@@ -344,9 +348,14 @@ func (s *sim) startMux(ctx context.Context, i int, c *clientv3.Client) {
 	var err error
 	m.ctl, err = mux.NewController(mux.ControllerConfig{Rules: m.rules, Checker: simChecker{}, Logger: s.log, ExternalHealth: true})
 	s.must(err)
-	m.src, err = fleet.NewSource(fleet.SourceConfig{Client: c, Logger: s.log, Parse: s.parse.parse})
+	var rep *fleet.Reporter
+	// A version whose content sum is the running one's (only the version
+	// changed) advances without an apply: arrivals are counted from the
+	// Source's status.
+	m.src, err = fleet.NewSource(fleet.SourceConfig{Client: c, Logger: s.log, Parse: s.parse.parse,
+		OnOffer: func() { s.offered(m.src, &m.version, rep) }})
 	s.must(err)
-	rep, err := fleet.NewReporter(fleet.ReporterConfig{Client: c, Role: fleet.RoleMux, Name: m.name, Logger: s.log, TTL: leaseTTL,
+	rep, err = fleet.NewReporter(fleet.ReporterConfig{Client: c, Role: fleet.RoleMux, Name: m.name, Logger: s.log, TTL: leaseTTL,
 		Status: func() fleet.NodeStatus { return statusOf(fleet.RoleMux, m.name, m.src, m.version.Load()) }})
 	s.must(err)
 	hw, err := fleet.NewHealthWatcher(fleet.HealthWatcherConfig{Client: c, Logger: s.log,
@@ -360,15 +369,7 @@ func (s *sim) startMux(ctx context.Context, i int, c *clientv3.Client) {
 	s.muxes = append(s.muxes, m)
 	srcReady := make(chan struct{})
 	s.wg.Go(func() {
-		s.mustRun(ctx, m.src.Run(ctx, func(d *control.Document) error {
-			if err := m.ctl.Apply(d); err != nil {
-				return err
-			}
-			m.version.Store(d.Version)
-			rep.Poke()
-			s.rec.arrive(versionKey(d.Version), s.nodes())
-			return nil
-		}))
+		s.mustRun(ctx, m.src.Run(ctx, m.ctl.Apply))
 	})
 	s.wg.Go(func() {
 		close(srcReady)

@@ -62,9 +62,11 @@ type Source struct {
 	running atomic.Bool
 	onOffer func()
 	host    string // a Host Agent's host: follow its view
-	// viewRev is the ModRevision of the view the Tracker runs (Run's
-	// goroutine only).
+	// viewRev is the ModRevision of the view the Tracker runs; sum the
+	// content sum of the document it runs, from its commit record, ""
+	// when unknown (Run's goroutine only).
 	viewRev int64
+	sum     string
 }
 
 var _ control.Source = (*Source)(nil)
@@ -174,16 +176,24 @@ func (s *Source) read(ctx context.Context, apply func(*control.Document) error) 
 
 // offer hands a document's text to the Tracker, with its revision and,
 // when the commit record was written with it, its commit time.
+// A document whose commit record gives the running document's content
+// sum says what runs but for its version: the Tracker advances to it
+// without a parse or an apply.
 func (s *Source) offer(doc *mvccpb.KeyValue, commits []*mvccpb.KeyValue, apply func(*control.Document) error) {
 	o := control.Origin{Revision: doc.ModRevision}
+	var cm Commit
 	for _, c := range commits {
 		if c.ModRevision == doc.ModRevision {
-			if cm, ok := decodeCommit(c.Value); ok {
-				o.Committed = cm.CommittedAt
+			if m, ok := decodeCommit(c.Value); ok {
+				cm, o.Committed = m, m.CommittedAt
 			}
 		}
 	}
-	s.t.Offer(doc.Value, o, apply)
+	if cm.Sum != "" && cm.Sum == s.sum && s.t.Document() != nil {
+		s.t.Advance(cm.Version, o)
+	} else if _, err := s.t.Offer(doc.Value, o, apply); err == nil {
+		s.sum = cm.Sum
+	}
 	if s.onOffer != nil {
 		s.onOffer()
 	}

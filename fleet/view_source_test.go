@@ -265,3 +265,87 @@ func TestApplyNeverHalfApplied(t *testing.T) {
 	}
 	assert.Equal(t, rev, e.modRev(DefaultPrefix+"document"), "the document goes with the commit")
 }
+
+// TestContentSum: texts that differ only in their version line have one
+// sum; any other difference, a version line that is not the parsed
+// version's, none or two such lines give another sum or none.
+func TestContentSum(t *testing.T) {
+	base := "version: 3\nvips: []\n"
+	sum := contentSum([]byte(base), 3)
+	require.NotEmpty(t, sum)
+	for _, tc := range []struct {
+		name    string
+		text    string
+		version uint64
+		same    bool // the sum is base's; else another, or none
+		none    bool
+	}{
+		{"another version", "version: 4\nvips: []\n", 4, true, false},
+		{"spaces and CR", "version:   12 \r\nvips: []\n", 12, true, false},
+		{"sealed", "checksum: sha256:00ff\nversion: 5\nvips: []\n", 5, true, false},
+		{"a change", "version: 4\nvips: [ ]\n", 4, false, false},
+		{"a comment", "version: 4\n# note\nvips: []\n", 4, false, false},
+		{"not the parsed version", "version: 4\nvips: []\n", 5, false, true},
+		{"no version line", "{version: 4, vips: []}\n", 4, false, true},
+		{"two version lines", "version: 4\nversion: 4\nvips: []\n", 4, false, true},
+		{"a comment after the version", "version: 4 # four\nvips: []\n", 4, false, true},
+	} {
+		got := contentSum([]byte(tc.text), tc.version)
+		switch {
+		case tc.none:
+			assert.Empty(t, got, tc.name)
+		case tc.same:
+			assert.Equal(t, sum, got, tc.name)
+		default:
+			assert.NotEmpty(t, got, tc.name)
+			assert.NotEqual(t, sum, got, tc.name)
+		}
+	}
+}
+
+// TestMuxSourceSkipsVersionOnlyChanges: a Mux's Source (the whole
+// document) that sees a version whose commit record gives the running
+// document's content sum — only the version changed — advances to it
+// without a parse or an apply; any other change is parsed and applied,
+// and a document written around Apply (no commit record) is parsed.
+func TestMuxSourceSkipsVersionOnlyChanges(t *testing.T) {
+	e := startEtcd(t)
+	var parses atomic.Int64
+	src, err := NewSource(SourceConfig{Client: e.client, Retry: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Parse: func(name string, text []byte) (*control.Document, error) {
+			parses.Add(1)
+			return control.Parse(text)
+		}})
+	require.NoError(t, err)
+	_, err = e.apply(docV(1, ""))
+	require.NoError(t, err)
+	n := startNode(t, src)
+	<-src.Ready()
+	require.EqualValues(t, 1, parses.Load())
+
+	rev, err := e.apply(docV(2, ""))
+	require.NoError(t, err)
+	eventually(t, "version 2", func() bool { return src.Status().Version == 2 })
+	assert.EqualValues(t, 1, parses.Load(), "a version-only change is not parsed")
+	assert.Equal(t, []uint64{1}, n.versions(), "nor applied")
+	assert.Equal(t, rev, src.Status().Revision)
+	assert.Equal(t, uint64(2), src.Document().Version)
+
+	_, err = e.apply(docV(3, "hash_seed: 7\n"))
+	require.NoError(t, err)
+	eventually(t, "version 3", func() bool { return src.Status().Version == 3 })
+	assert.Equal(t, []uint64{1, 3}, n.versions(), "a change is applied")
+	_, err = e.apply(docV(4, "hash_seed: 7\n"))
+	require.NoError(t, err)
+	eventually(t, "version 4", func() bool { return src.Status().Version == 4 })
+	assert.Equal(t, []uint64{1, 3}, n.versions())
+	assert.EqualValues(t, 2, parses.Load())
+
+	// Around Apply: no commit record at the document's revision.
+	_, err = e.client.Put(context.Background(), DefaultPrefix+"document", string(docV(5, "hash_seed: 7\n")))
+	require.NoError(t, err)
+	eventually(t, "version 5", func() bool { return src.Status().Version == 5 })
+	assert.Equal(t, []uint64{1, 3, 5}, n.versions())
+	assert.EqualValues(t, 3, parses.Load())
+}
