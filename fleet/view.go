@@ -182,7 +182,7 @@ func (vs *views) view(hi int) *control.Document {
 	}
 	for _, i := range vs.outbound[hi] {
 		ob := d.Outbound[i]
-		ob.DIPs, ob.Pool, ob.Static = slices.Clone(ob.DIPs), slices.Clone(ob.Pool), slices.Clone(ob.Static)
+		ob.DIPs, ob.Pool, ob.Static, ob.Local = slices.Clone(ob.DIPs), slices.Clone(ob.Pool), slices.Clone(ob.Static), slices.Clone(ob.Local)
 		v.Outbound = append(v.Outbound, ob)
 	}
 	v.Hosts = vs.hosts(hi, vs.outbound[hi])
