@@ -158,10 +158,17 @@ func (s *Source) Run(ctx context.Context, apply func(*control.Document) error) e
 // offers the document. It returns the store's revision (to watch from),
 // whether a document is there, and an error if etcd did not answer.
 func (s *Source) read(ctx context.Context, apply func(*control.Document) error) (int64, bool, error) {
+	return s.readAt(ctx, apply, 0)
+}
+
+// readAt is read; a Host Agent's Source reads serializably (from its
+// member, without a round of the cluster) when the member has reached
+// revision min (a watch event's), else linearizably.
+func (s *Source) readAt(ctx context.Context, apply func(*control.Document) error, min int64) (int64, bool, error) {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if s.host != "" {
-		return s.readView(rctx, apply)
+		return s.readView(rctx, apply, min)
 	}
 	docs, commits, rev, err := readDocument(rctx, s.c, s.k)
 	if err != nil {
@@ -210,12 +217,14 @@ func (s *Source) watch(ctx context.Context, rev int64, apply func(*control.Docum
 	if s.host != "" {
 		wch = s.c.Watch(wctx, s.k.viewsCommit(), clientv3.WithRev(rev+1))
 	}
+	var rereadAt func(int64) int64
 	var retry <-chan time.Time
 	if s.t.Status().Reason == control.ReasonApply {
 		retry = time.After(s.retry) // a refused apply is tried again
 	}
-	reread := func() int64 {
-		r, _, err := s.read(ctx, apply)
+	reread := func() int64 { return rereadAt(0) }
+	rereadAt = func(min int64) int64 {
+		r, _, err := s.readAt(ctx, apply, min)
 		if err != nil {
 			s.log.Warn("fleet: etcd read failed; keeping the running version", "err", err)
 			s.pause(ctx)
@@ -248,7 +257,7 @@ func (s *Source) watch(ctx context.Context, rev int64, apply func(*control.Docum
 			}
 			if s.host != "" {
 				if len(resp.Events) > 0 {
-					if r := reread(); r > rev {
+					if r := rereadAt(resp.Header.Revision); r > rev {
 						rev = r
 					}
 				}
@@ -270,17 +279,30 @@ func (s *Source) watch(ctx context.Context, rev int64, apply func(*control.Docum
 // running one to the commit's version when its view did not change). It
 // returns the store's revision, whether a commit is there, and an error if
 // etcd did not answer.
-func (s *Source) readView(ctx context.Context, apply func(*control.Document) error) (int64, bool, error) {
+//
+// With min > 0 (a watch event of that revision came), it reads
+// serializably: the member answers from what it has applied, without the
+// round of the cluster a linearizable read costs (a thousand hosts read
+// on every commit). A member behind min (the client may ask another
+// member than its watch's) is read again linearizably.
+func (s *Source) readView(ctx context.Context, apply func(*control.Document) error, min int64) (int64, bool, error) {
 	view := s.k.view(s.host)
+	var opts []clientv3.OpOption
+	if min > 0 {
+		opts = append(opts, clientv3.WithSerializable())
+	}
 	// When the running view is still there, only the commit record
 	// comes back.
 	resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(view), "=", s.viewRev)).
-		Then(clientv3.OpGet(s.k.viewsCommit())).
-		Else(clientv3.OpGet(s.k.viewsCommit()), clientv3.OpGet(view)).Commit()
+		Then(clientv3.OpGet(s.k.viewsCommit(), opts...)).
+		Else(clientv3.OpGet(s.k.viewsCommit(), opts...), clientv3.OpGet(view, opts...)).Commit()
 	if err != nil {
 		return 0, false, err
 	}
 	rev := resp.Header.Revision
+	if rev < min {
+		return s.readView(ctx, apply, 0)
+	}
 	commits := resp.Responses[0].GetResponseRange().Kvs
 	if len(commits) == 0 {
 		return rev, false, nil
@@ -300,7 +322,7 @@ func (s *Source) readView(ctx context.Context, apply func(*control.Document) err
 		if kv != nil && kv.ModRevision > o.Revision {
 			// Written since the commit: an apply under way (or one
 			// that failed). The view as committed:
-			at, err := s.c.Get(ctx, view, clientv3.WithRev(o.Revision))
+			at, err := s.c.Get(ctx, view, append(opts, clientv3.WithRev(o.Revision))...)
 			if err != nil {
 				return 0, false, err
 			}
