@@ -25,6 +25,7 @@ const (
 	obConns   = 1000  // concurrent TCP connections per VM: more than obRange
 	obUDP     = 50    // UDP exchanges per VM
 	obDialers = 16    // connections opened at once per VM
+	obPings   = 3     // ICMP echo requests per VM (all with one identifier)
 )
 
 // obServerPorts are the internet server's TCP ports: with several remote
@@ -44,7 +45,9 @@ func outboundSection() control.Outbound {
 // UDP exchanges to the internet namespace; the server sees only the VIP,
 // each VM's connections on its own range, none failed; a VM holds more
 // connections than its range has ports (ports are reused per remote
-// endpoint); the replies cross the Muxes (counted by their range table).
+// endpoint); each VM's pings (one echo identifier for all four VMs)
+// reach the internet from the VIP and are answered; the replies cross the
+// Muxes (counted by their range table).
 func TestOutboundSNAT(t *testing.T) {
 	ob := outboundSection()
 	l := newFleetLabOf(t, func(d *fleetlab.Doc) { d.Outbound = []control.Outbound{ob} })
@@ -104,13 +107,32 @@ func TestOutboundSNAT(t *testing.T) {
 		}
 	}
 
+	// Ping: the echo identifier serves as the port, the reply returns
+	// through a Mux; the internet sees the VIP.
+	echoes, err := fleetlab.WatchEchoRequests(inet)
+	require.NoError(t, err)
+	t.Cleanup(func() { echoes.Close() })
+	for _, vm := range flVMs {
+		require.NoError(t, fleetlab.Ping(l.fleet.VMs[vm.Name], fleetlab.InternetAddr, 4242, obPings, 5*time.Second), "%s ping", vm.Name)
+	}
+	// The watch reads its copies on its own: let it catch up.
+	waitFor(t, "the internet's watch to see every echo request", 10*time.Second, func() bool {
+		n := 0
+		for _, k := range echoes.Sources() {
+			n += k
+		}
+		return n >= len(flVMs)*obPings
+	})
+	t.Logf("echo requests the internet saw, by source: %v", echoes.Sources())
+	require.Equal(t, map[netip.Addr]int{flVIP: len(flVMs) * obPings}, echoes.Sources(), "the internet saw pings from the VIP only")
+
 	srcs := srv.Sources()
 	require.Equal(t, map[netip.Addr]int{flVIP: len(flVMs) * (obConns + obUDP)}, srcs,
 		"the internet saw only the VIP, once per connection and datagram")
 	returns := l.muxReturns() - returnsBefore
 	// Each TCP connection got at least its SYN-ACK and two answers back,
 	// each UDP exchange one answer, all through a Mux's range table.
-	require.GreaterOrEqual(t, returns, float64(len(flVMs)*(3*obConns+obUDP)), "replies counted by the Muxes' range tables")
+	require.GreaterOrEqual(t, returns, float64(len(flVMs)*(3*obConns+obUDP+obPings)), "replies counted by the Muxes' range tables")
 	t.Logf("%d replies crossed the Muxes' range tables", int(returns))
 }
 
