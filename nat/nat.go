@@ -119,8 +119,8 @@ type Translator struct {
 
 	stripes []statStripe
 
-	// Per-worker scratch of the Return stage's two passes: a batch's
-	// prepared connection-table queries.
+	// Per-worker scratch of the Return and Inbound stages' two passes:
+	// a batch's prepared connection-table queries (and Inbound's keys).
 	scratch engine.PerWorker[batchScratch]
 }
 
