@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -253,6 +254,10 @@ func TestOutboundExhaustion(t *testing.T) {
 	_, err = fleetlab.DialInternet(n, to, 3*time.Second)
 	require.Error(t, err, "a ninth connection to the same endpoint: the range has no port left")
 	require.Greater(t, exhausted(), before, "the exhaustion is counted on the VM's host")
+	waitFor(t, "host1's Host Agent to log the exhaustion", 30*time.Second, func() bool {
+		return strings.Contains(l.agents[0].Output(), "no free port in their VM's ranges") &&
+			strings.Contains(l.agents[0].Output(), vm.Addr.String()+" 8/8 ports")
+	})
 
 	for k, c := range conns {
 		_, err := c.Ask(fmt.Sprintf("still-%d", k), 10*time.Second)

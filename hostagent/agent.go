@@ -1,15 +1,18 @@
 package hostagent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/encap"
@@ -546,6 +549,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		out, _ := a.snat.Tables()
 		return node.Sweep(ctx, out.Cap(), func(budget int) { a.snat.Age(a.snat.Now(), budget) })
 	})
+	side.Go("SNAT exhaustion log", func(ctx context.Context) error { return a.logExhaustion(ctx, exhaustionLogEvery) })
 	if a.probe != nil {
 		side.Go("DIP prober", a.probe.checker.Run)
 	}
@@ -719,6 +723,65 @@ func uplinkPrefixes(name string) []netip.Prefix {
 		}
 		ip = ip.Unmap()
 		out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+	}
+	return out
+}
+
+// exhaustionLogEvery is how often the agent looks for outbound
+// connections refused for want of a port.
+const exhaustionLogEvery = 5 * time.Second
+
+// logExhaustion warns, at most once per every, when the source NAT
+// dropped new outbound connections because their VM's ranges had no free
+// port towards their remote endpoint (nat.SNATStats.Exhausted grew; the
+// count is also xdplb_outbound_packets_total{outcome="exhausted"}). It
+// names the VMs whose ranges hold the most ports in use, where more
+// ranges (etcd) or a larger static range would help.
+func (a *Agent) logExhaustion(ctx context.Context, every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last := a.snat.Stats().Exhausted
+	var use []flow.PortRangeUse
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		n := a.snat.Stats().Exhausted
+		if n > last {
+			use = a.snat.Usage(use[:0])
+			a.log.Warn("hostagent: outbound connections dropped: no free port in their VM's ranges (snat_exhausted)",
+				"dropped", n-last, "total", n, "busiest", busiestDIPs(use, 3))
+		}
+		last = n
+	}
+}
+
+// busiestDIPs describes the k DIPs with the largest share of their
+// ranges' ports in use: "198.18.31.1 8/8 ports, 9 connections".
+func busiestDIPs(use []flow.PortRangeUse, k int) []string {
+	type dipUse struct {
+		dip                netip.Addr
+		ports, size, conns int
+	}
+	byDIP := map[netip.Addr]*dipUse{}
+	for _, u := range use {
+		d := byDIP[u.Owner.DIP]
+		if d == nil {
+			d = &dipUse{dip: u.Owner.DIP}
+			byDIP[u.Owner.DIP] = d
+		}
+		d.ports += u.Ports
+		d.size += int(u.Last) - int(u.First) + 1
+		d.conns += u.Conns
+	}
+	ds := slices.SortedFunc(maps.Values(byDIP), func(x, y *dipUse) int {
+		return cmp.Compare(y.ports*x.size, x.ports*y.size) // larger share first
+	})
+	var out []string
+	for _, d := range ds[:min(k, len(ds))] {
+		out = append(out, fmt.Sprintf("%v %d/%d ports, %d connections", d.dip, d.ports, d.size, d.conns))
 	}
 	return out
 }
