@@ -269,6 +269,7 @@ func (s *sim) apply(v uint64) time.Time {
 	if _, err := fleet.Apply(ctx, s.admin, "", text, doc, "scale"); err != nil {
 		s.tb.Fatal(err)
 	}
+	s.progress("Apply of version %d returned in %v", v, time.Since(t0).Round(time.Millisecond))
 	return t0
 }
 

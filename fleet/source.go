@@ -213,9 +213,13 @@ func (s *Source) watch(ctx context.Context, rev int64, apply func(*control.Docum
 	// watch instead of going quiet, so the client moves to another one.
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := s.c.Watch(wctx, s.k.document(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	var wch clientv3.WatchChan
 	if s.host != "" {
+		// Only the commit record: a Host Agent must not be sent the
+		// document.
 		wch = s.c.Watch(wctx, s.k.viewsCommit(), clientv3.WithRev(rev+1))
+	} else {
+		wch = s.c.Watch(wctx, s.k.document(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	}
 	var rereadAt func(int64) int64
 	var retry <-chan time.Time

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -99,7 +100,9 @@ func TestHostSourceFollowsItsView(t *testing.T) {
 	e := startEtcd(t)
 	_, err := e.applyDoc(hostsDoc(1, 3, ""), applyLimits{})
 	require.NoError(t, err)
-	h0, h1 := runHostSource(t, e.client, "h0"), runHostSource(t, e.client, "h1")
+	watched := &keyWatcher{Watcher: e.client.Watcher}
+	h0 := runHostSource(t, &clientv3.Client{KV: e.client.KV, Watcher: watched}, "h0")
+	h1 := runHostSource(t, e.client, "h1")
 	<-h0.src.Ready()
 	<-h1.src.Ready()
 	for i, h := range []*hostNode{h0, h1} {
@@ -171,6 +174,13 @@ func TestHostSourceFollowsItsView(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, viewOf(t, hostsDoc(4, 3, "hash_seed: 7\n", 1, 5), fmt.Sprint("h", i)), string(got), "h%d runs its view", i)
 	}
+
+	watched.mu.Lock()
+	assert.NotEmpty(t, watched.keys)
+	for _, k := range watched.keys {
+		assert.Equal(t, DefaultPrefix+"views.commit", k, "a Host Agent watches only the commit record, never the document")
+	}
+	watched.mu.Unlock()
 
 	// h1 leaves the document: its view is deleted, it keeps version 4.
 	_, err = e.applyDoc(hostsDoc(5, 1, "hash_seed: 7\n"), applyLimits{})
@@ -264,6 +274,20 @@ func TestApplyNeverHalfApplied(t *testing.T) {
 		assert.LessOrEqual(t, k, 2, "views written at revision %d", r)
 	}
 	assert.Equal(t, rev, e.modRev(DefaultPrefix+"document"), "the document goes with the commit")
+}
+
+// keyWatcher records the keys watched through it.
+type keyWatcher struct {
+	clientv3.Watcher
+	mu   sync.Mutex
+	keys []string
+}
+
+func (w *keyWatcher) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	w.mu.Lock()
+	w.keys = append(w.keys, key)
+	w.mu.Unlock()
+	return w.Watcher.Watch(ctx, key, opts...)
 }
 
 // TestContentSum: texts that differ only in their version line have one
