@@ -176,7 +176,7 @@ func BenchmarkFleetScale(b *testing.B) {
 		b.ReportMetric(l.r.KeyWrites, l.phase+"-writes/s")
 		b.ReportMetric(l.r.Events, l.phase+"-events/s")
 	}
-	b.Logf("parses of the document: %d (one per version, shared by every node)", s.parse.parses.Load())
+	b.Logf("parses of the document: %d (shared by the Muxes; a version that changes only the version is not parsed)", s.parse.parses.Load())
 	b.Logf("samples: apply %v", fmtDurations(r.applied))
 	b.Logf("samples: down %v", fmtDurations(r.down))
 }
