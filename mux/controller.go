@@ -337,8 +337,11 @@ func (c *Controller) SetDraining(on bool) error {
 	return c.syncAnnouncements()
 }
 
-// Version returns the version of the running document (0 before the
-// first).
+// Version returns the version of the document last applied (0 before
+// the first). A newer version whose text differs only in its version
+// line is not applied (fleet's Source advances the node's
+// control.Tracker without it), so the node's status — what it reports to
+// etcd and as xdplb_config_version — may be higher.
 func (c *Controller) Version() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
