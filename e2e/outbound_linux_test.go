@@ -33,7 +33,10 @@ const (
 // endpoints a VM's range serves more connections than it has ports.
 var obServerPorts = []uint16{7001, 7002, 7003, 7004, 7005, 7006, 7007, 7008}
 
-const obUDPPort = 7100
+const (
+	obUDPPort    = 7100
+	obClosedPort = 7999 // nothing listens: the internet answers port unreachable
+)
 
 // outboundSection is the lab's outbound section: every VM of flVMs may
 // use the VIP as its source, with obRange ports each from obFirst.
@@ -46,7 +49,8 @@ func outboundSection() control.Outbound {
 // UDP exchanges to the internet namespace; the server sees only the VIP,
 // each VM's connections on its own range, none failed; a VM holds more
 // connections than its range has ports (ports are reused per remote
-// endpoint); each VM's pings (one echo identifier for all four VMs)
+// endpoint); a port unreachable error about a VM's datagram reaches its
+// socket; each VM's pings (one echo identifier for all four VMs)
 // reach the internet from the VIP and are answered; the replies cross the
 // Muxes (counted by their range table).
 func TestOutboundSNAT(t *testing.T) {
@@ -106,6 +110,20 @@ func TestOutboundSNAT(t *testing.T) {
 			require.NoError(t, err, "%s UDP exchange %d", vm.Name, k)
 			requireOnRange(t, seen, rng, vm.Name)
 		}
+	}
+
+	// An ICMP error about an outbound datagram (port unreachable from the
+	// internet, addressed to the VIP) crosses a Mux to the VM's host and
+	// reaches the VM's socket, translated. (The internet's kernel sends
+	// such errors at a limited rate: a few tries each.)
+	for _, vm := range flVMs {
+		var err error
+		for range 3 {
+			if err = fleetlab.UDPRefused(l.fleet.VMs[vm.Name], netip.AddrPortFrom(fleetlab.InternetAddr, obClosedPort), 2*time.Second); err == nil {
+				break
+			}
+		}
+		require.NoError(t, err, "%s: the port unreachable error about its datagram", vm.Name)
 	}
 
 	// Ping: the echo identifier serves as the port, the reply returns

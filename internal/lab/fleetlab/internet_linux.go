@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/xdplb/xdplb/internal/lab/netlab"
@@ -230,4 +231,32 @@ func parseSeen(line, token string) (netip.AddrPort, error) {
 		return netip.AddrPort{}, fmt.Errorf("answer %q to token %q", line, token)
 	}
 	return netip.ParseAddrPort(seen)
+}
+
+// UDPRefused sends a datagram from namespace n to to, where nothing
+// listens, and returns nil once the socket reports the port unreachable
+// (the ICMP error came back to it); an error if no such report comes
+// within timeout.
+func UDPRefused(n *netlab.NS, to netip.AddrPort, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := n.Dial(ctx, network("udp", to.Addr()), to.String())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return err
+	}
+	if _, err := c.Write([]byte("anyone?\n")); err != nil {
+		return err
+	}
+	_, err = c.Read(make([]byte, 64))
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return nil
+	case err == nil:
+		return fmt.Errorf("%v answered", to)
+	}
+	return err
 }
