@@ -30,7 +30,14 @@
 //     run from an embedded etcd, its document applied with xdplbctl,
 //     whose host has two tenants' VMs with one address in two VNIs: one
 //     stops, the other keeps its traffic, xdplbctl status shows both
-//     (TestFleetOverlappingTenants, fleet_overlap_*).
+//     (TestFleetOverlappingTenants, fleet_overlap_*);
+//   - outbound_*: the fleet's VMs opening connections to an "internet"
+//     namespace behind the router with the VIP as their source (source
+//     NAT): 4,000 concurrent TCP connections, UDP, an ICMP error and
+//     pings (TestOutboundSNAT), a small range exhausted and freed
+//     (TestOutboundExhaustion), and, from etcd, a killed Host Agent's
+//     ranges guarded from the other DIPs and taken back with a held
+//     connection when it restarts (TestOutboundHostAgentRestart).
 //
 // The tests use only the library's exported API and internal/lab/…; the
 // packages' own tests (mux, hostagent, …) stay beside their code.
