@@ -96,17 +96,21 @@ func BenchmarkInbound(b *testing.B) {
 // BenchmarkReturn: the VM's replies of those connections (state hit).
 func BenchmarkReturn(b *testing.B) {
 	for _, nflows := range benchSizes {
-		b.Run(fmt.Sprintf("flows=%d", nflows), func(b *testing.B) {
-			e := benchEnv(b, nflows)
-			in, out := benchFlows(b, nflows)
-			for _, bt := range in {
-				e.in.Process(bt.reset())
-			}
-			runBench(b, 64,
-				func(i int) { out[i%len(out)].reset() },
-				func(i int) { e.ret.Process(&out[i%len(out)].b) })
-		})
+		b.Run(fmt.Sprintf("flows=%d", nflows), func(b *testing.B) { benchReturn(b, nflows) })
 	}
+}
+
+// benchReturn runs replies of nflows established connections through
+// Return, 64 per batch (BenchmarkReturn; BenchmarkSNAT's comparison).
+func benchReturn(b *testing.B, nflows int) {
+	e := benchEnv(b, nflows)
+	in, out := benchFlows(b, nflows)
+	for _, bt := range in {
+		e.in.Process(bt.reset())
+	}
+	runBench(b, 64,
+		func(i int) { out[i%len(out)].reset() },
+		func(i int) { e.ret.Process(&out[i%len(out)].b) })
 }
 
 // BenchmarkReturnStateless: replies without state (after an agent
@@ -220,14 +224,7 @@ func BenchmarkSNAT(b *testing.B) {
 		for _, dir := range []string{"out", "in", "dsr-return"} {
 			b.Run(fmt.Sprintf("%s/flows=%d", dir, nflows), func(b *testing.B) {
 				if dir == "dsr-return" {
-					e := benchEnv(b, nflows)
-					in, out := benchFlows(b, nflows)
-					for _, bt := range in {
-						e.in.Process(bt.reset())
-					}
-					runBench(b, 64,
-						func(i int) { out[i%len(out)].reset() },
-						func(i int) { e.ret.Process(&out[i%len(out)].b) })
+					benchReturn(b, nflows)
 					return
 				}
 				e := newSNATEnvSized(b, max(2*nflows, 4096), defaultSections(), alloc(vipO, 1024, 65535, dipA, vni))
