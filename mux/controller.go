@@ -180,7 +180,7 @@ func (c *Controller) Apply(doc *control.Document) error {
 	var ext *extHealth
 	probes := plan.Probes
 	if c.external {
-		ext, probes = externalTargets(doc)
+		ext, probes = externalTargets(doc, plan.Probes)
 	}
 	snap, err := flow.NewSnapshot(doc.Version, doc.Rules(c.healthOf(doc, ext)), c.rules.Load())
 	if err != nil {
@@ -208,7 +208,12 @@ func (c *Controller) Apply(doc *control.Document) error {
 			return fmt.Errorf("mux: version %d: steering: %w", doc.Version, err)
 		}
 	}
-	diff := c.plan.Diff(plan)
+	var diff PlanDiff
+	if c.plan != nil {
+		c.plan.diffVIPs(plan, &diff)
+	} else {
+		(&Plan{}).diffVIPs(plan, &diff)
+	}
 	c.sources, c.returns = sources, returns
 	c.logRefusals(doc.Version, refusals)
 	c.publish(snap, doc)
@@ -469,16 +474,19 @@ func targets(doc *control.Document) []health.Target {
 			continue
 		}
 		for j := range v.Backends {
-			b := &v.Backends[j]
-			port := b.Port
-			if port == 0 {
-				port = v.Port
-			}
-			ts = append(ts, health.Target{Key: targetKey(v.Name, b.Name),
-				Addr: netip.AddrPortFrom(b.Address, port), Spec: *v.Probe})
+			ts = append(ts, target(v, &v.Backends[j]))
 		}
 	}
 	return ts
+}
+
+// target is the probe target of backend b of VIP v.
+func target(v *control.VIP, b *control.Backend) health.Target {
+	port := b.Port
+	if port == 0 {
+		port = v.Port
+	}
+	return health.Target{Key: targetKey(v.Name, b.Name), Addr: netip.AddrPortFrom(b.Address, port), Spec: *v.Probe}
 }
 
 // steerConfig is the steering program's view of doc: every VIP, by
