@@ -62,7 +62,11 @@ func (d *decoder) checkDIPs(doc *Document, metas []vipMeta, hs hostSet) {
 		b  *Backend
 		at site
 	}
-	seen := map[vniAddr]dip{}
+	n := 0
+	for i := range doc.VIPs {
+		n += len(doc.VIPs[i].Backends)
+	}
+	seen := make(map[vniAddr]dip, n) // sized: growing it was a tenth of a parse at 10,000 DIPs
 	for i := range doc.VIPs {
 		v, m := &doc.VIPs[i], &metas[i]
 		for j := range v.Backends {
