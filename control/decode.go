@@ -51,7 +51,12 @@ func readFile(path string) ([]byte, error) {
 // yamlLine finds the line number in the YAML library's syntax errors.
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-func parse(name string, data []byte) (doc *Document, err error) {
+func parse(name string, data []byte) (*Document, error) { return parseTree(name, data, nil) }
+
+// parseTree parses data as parse does; with root non-nil, root is data's
+// YAML tree, already built (Parser's parts put together), and data is not
+// decoded again.
+func parseTree(name string, data []byte, tree *yaml.Node) (doc *Document, err error) {
 	if len(data) > MaxDocumentSize {
 		return nil, &FieldError{File: name, Msg: fmt.Sprintf("document is larger than %d bytes", MaxDocumentSize)}
 	}
@@ -65,6 +70,14 @@ func parse(name string, data []byte) (doc *Document, err error) {
 	sumLine, err := verifyChecksum(name, data)
 	if err != nil {
 		return nil, err
+	}
+	if tree != nil {
+		d := &decoder{file: name, budget: 10*len(data) + 10000, sumLine: sumLine}
+		doc = d.document(tree)
+		if err := d.err(); err != nil {
+			return nil, err
+		}
+		return doc, nil
 	}
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
