@@ -64,11 +64,12 @@ func NewTracker(name, what string, log *slog.Logger) *Tracker {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Tracker{name: name, what: what, log: log, st: Status{Path: name}, parse: parse}
+	return &Tracker{name: name, what: what, log: log, st: Status{Path: name}, parse: NewParser().Parse}
 }
 
-// SetParse replaces how Offer parses a text (nil: this package's parser,
-// with name in its errors). It is for a process that simulates many nodes
+// SetParse replaces how Offer parses a text (nil: a Parser of its own,
+// with name in its errors: a new version of a large document is decoded
+// only where it differs from the last one; see Parser). It is for a process that simulates many nodes
 // (package fleet's scale benchmark): its Trackers share one parse of each
 // text, so the process spends one node's parse, not one per node, on a
 // new version. Parsed documents are never modified, so sharing one among
@@ -76,7 +77,7 @@ func NewTracker(name, what string, log *slog.Logger) *Tracker {
 // first Offer.
 func (t *Tracker) SetParse(p func(name string, data []byte) (*Document, error)) {
 	if p == nil {
-		p = parse
+		p = NewParser().Parse
 	}
 	t.parse = p
 }
