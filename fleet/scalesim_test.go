@@ -92,6 +92,7 @@ type dipProbe struct {
 // it, the others wait and get the same Document, as if every node had
 // parsed it on its own CPU at the same time.
 type sharedParse struct {
+	parser control.Parser // what each node's Tracker has (its own): the one the Muxes share
 	mu     sync.Mutex
 	text   []byte
 	doc    *control.Document
@@ -105,7 +106,7 @@ func (p *sharedParse) parse(_ string, text []byte) (*control.Document, error) {
 	if p.text == nil || !bytes.Equal(p.text, text) {
 		p.parses.Add(1)
 		p.text = text
-		p.doc, p.err = control.Parse(text)
+		p.doc, p.err = p.parser.Parse("", text)
 	}
 	return p.doc, p.err
 }
