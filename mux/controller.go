@@ -467,7 +467,16 @@ func targetKey(vip, backend string) string { return vip + "/" + backend }
 // VIP, at the backend's address and port (the probe's port, when set,
 // overrides it; a backend port of 0 probes the VIP port).
 func targets(doc *control.Document) []health.Target {
-	var ts []health.Target
+	n := 0
+	for i := range doc.VIPs {
+		if doc.VIPs[i].Probe != nil {
+			n += len(doc.VIPs[i].Backends)
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	ts := make([]health.Target, 0, n) // sized: growing it was a third of an Apply at 10,000 backends
 	for i := range doc.VIPs {
 		v := &doc.VIPs[i]
 		if v.Probe == nil {
