@@ -1,0 +1,86 @@
+package fleet_test
+
+import (
+	"testing"
+
+	"github.com/xdplb/xdplb/control"
+	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/health"
+	"github.com/xdplb/xdplb/mux"
+)
+
+// BenchmarkMuxVersion measures what a Mux does with each version of
+// BenchmarkFleetScale's document (-scale.change: 10,000 DIPs in 100 VIPs,
+// 1,000 hosts, 1.5 MB; one backend's weight changes per version), one
+// version after the other: parse=whole, control.Parse (what a Mux did
+// before the Parser); parse=parts, a control.Parser that parsed the
+// version before (what a Mux's Tracker does); apply, mux.Controller.Apply
+// with ExternalHealth (the hosts report health).
+//
+//	go test -run '^$' -bench MuxVersion -benchtime 20x ./fleet/
+func BenchmarkMuxVersion(b *testing.B) {
+	shape := scaleShape{Hosts: 1000, DIPsPerHost: 10, VIPs: 100, Muxes: 16, Change: true}
+	texts := [][]byte{scaleDoc(shape, 1), scaleDoc(shape, 2)}
+	b.Run("parse=whole", func(b *testing.B) {
+		b.SetBytes(int64(len(texts[0])))
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, err := control.Parse(texts[i%2]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("parse=parts", func(b *testing.B) {
+		p := control.NewParser()
+		if _, err := p.Parse("", texts[0]); err != nil {
+			b.Fatal(err)
+		}
+		first := p.Stats()
+		b.SetBytes(int64(len(texts[0])))
+		b.ReportAllocs()
+		i := 1
+		for b.Loop() {
+			if _, err := p.Parse("", texts[i%2]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+		st := p.Stats()
+		b.ReportMetric(float64(st.Parsed-first.Parsed)/float64(st.Parts-first.Parts), "parts-decoded/op")
+	})
+	b.Run("apply", benchMuxApply)
+}
+
+type nopChecker struct{}
+
+func (nopChecker) Set([]health.Target) error         { return nil }
+func (nopChecker) State(string) (health.State, bool) { return health.Unknown, false }
+
+func benchMuxApply(b *testing.B) {
+	shape := scaleShape{Hosts: 1000, DIPsPerHost: 10, VIPs: 100, Muxes: 16, Change: true}
+	docs := make([]*control.Document, 4)
+	for i := range docs {
+		d, err := control.Parse(scaleDoc(shape, uint64(i+1)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		docs[i] = d
+	}
+	ctl, err := mux.NewController(mux.ControllerConfig{Rules: flow.NewRules(), Checker: nopChecker{}, ExternalHealth: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := ctl.Apply(docs[0]); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	i := 1
+	for b.Loop() {
+		if err := ctl.Apply(docs[i%4]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
