@@ -30,6 +30,9 @@ type scaleResult struct {
 	// every node's status key shows the version (what xdplbctl status
 	// reads).
 	applied, live []time.Duration
+	// muxes, hosts: fleet.Apply called → every Mux's (Host Agent's)
+	// apply done: which role the apply waits for.
+	muxes, hosts []time.Duration
 	// down: a host publishes a DIP down → every Mux's published rules
 	// have it down; up: back up, likewise.
 	down, up                    []time.Duration
@@ -46,7 +49,10 @@ func runScale(tb testing.TB, s *sim, v uint64, applies, failures int, idle time.
 		t0 := s.apply(ver)
 		r.applied = append(r.applied, s.rec.wait(tb, versionKey(ver), s.nodes(), s.limit).Sub(t0))
 		r.live = append(r.live, s.rec.wait(tb, liveKey(ver), 1, s.limit).Sub(t0))
-		s.progress("version %d: applied by all in %v, live in %v", ver, r.applied[i].Round(time.Millisecond), r.live[i].Round(time.Millisecond))
+		r.muxes = append(r.muxes, s.rec.wait(tb, roleVersionKey(fleet.RoleMux, ver), s.shape.Muxes, s.limit).Sub(t0))
+		r.hosts = append(r.hosts, s.rec.wait(tb, roleVersionKey(fleet.RoleHostAgent, ver), s.shape.Hosts, s.limit).Sub(t0))
+		s.progress("version %d: applied by all in %v (Muxes %v, Host Agents %v), live in %v", ver, r.applied[i].Round(time.Millisecond),
+			r.muxes[i].Round(time.Millisecond), r.hosts[i].Round(time.Millisecond), r.live[i].Round(time.Millisecond))
 	}
 	l1 := readLoad(tb)
 	for i := range failures {
@@ -139,7 +145,8 @@ func TestFleetScaleSmall(t *testing.T) {
 // BenchmarkFleetScale simulates a fleet around one real etcd member (see
 // sim) — by default 1,000 Host Agents with 10 probed DIPs each (10,000
 // DIPs in 100 VIPs) and 16 Muxes — and reports: apply-p50/p99-ms (from
-// fleet.Apply to every node's apply done), live-p50/p99-ms (to every
+// fleet.Apply to every node's apply done; apply-muxes-*, apply-hosts-*:
+// to every Mux's, every Host Agent's), live-p50/p99-ms (to every
 // node's status showing it), down-p50/p99-ms (from a host publishing a
 // DIP down to every Mux's published rules having it down), up-p50/p99-ms,
 // and etcd's load from its own counters in each phase: key writes/s
@@ -164,7 +171,7 @@ func BenchmarkFleetScale(b *testing.B) {
 	for _, m := range []struct {
 		name string
 		ds   []time.Duration
-	}{{"apply", r.applied}, {"live", r.live}, {"down", r.down}, {"up", r.up}} {
+	}{{"apply", r.applied}, {"apply-muxes", r.muxes}, {"apply-hosts", r.hosts}, {"live", r.live}, {"down", r.down}, {"up", r.up}} {
 		b.ReportMetric(ms(quantile(m.ds, 0.5)), m.name+"-p50-ms")
 		b.ReportMetric(ms(quantile(m.ds, 0.99)), m.name+"-p99-ms")
 	}

@@ -189,6 +189,9 @@ func (r *recorder) waitCount(tb testing.TB, key string, n int, limit time.Durati
 func versionKey(v uint64) string { return fmt.Sprintf("applied v%d", v) }
 func liveKey(v uint64) string    { return fmt.Sprintf("live v%d", v) }
 
+// roleVersionKey counts the nodes of one role that applied v.
+func roleVersionKey(role string, v uint64) string { return fmt.Sprintf("applied v%d by %s", v, role) }
+
 // nodes is how many nodes apply each version.
 func (s *sim) nodes() int { return s.shape.Hosts + s.shape.Muxes }
 
@@ -297,7 +300,7 @@ func (s *sim) startHost(ctx context.Context, i int, c *clientv3.Client) {
 	// advances it without an apply, so arrivals are counted from its
 	// status, after every offer.
 	h.src, err = fleet.NewSource(fleet.SourceConfig{Client: c, Logger: s.log, Host: h.name,
-		OnOffer: func() { s.offered(h.src, &h.version, rep) }})
+		OnOffer: func() { s.offered(fleet.RoleHostAgent, h.src, &h.version, rep) }})
 	s.must(err)
 	rep, err = fleet.NewReporter(fleet.ReporterConfig{Client: c, Role: fleet.RoleHostAgent, Name: h.name, Logger: s.log, TTL: leaseTTL,
 		Status: func() fleet.NodeStatus { return statusOf(fleet.RoleHostAgent, h.name, h.src, h.version.Load()) }})
@@ -318,15 +321,20 @@ func (s *sim) startHost(ctx context.Context, i int, c *clientv3.Client) {
 
 // offered records the versions src reached since the last offer (an
 // apply, or an advance without one), and pokes the node's Reporter.
-func (s *sim) offered(src *fleet.Source, version *atomic.Uint64, rep *fleet.Reporter) {
+func (s *sim) offered(role string, src *fleet.Source, version *atomic.Uint64, rep *fleet.Reporter) {
 	old, v := version.Load(), src.Status().Version
 	if v <= old {
 		return
 	}
 	version.Store(v)
 	rep.Poke()
+	n := s.shape.Hosts
+	if role == fleet.RoleMux {
+		n = s.shape.Muxes
+	}
 	for w := old + 1; w <= v; w++ {
 		s.rec.arrive(versionKey(w), s.nodes())
+		s.rec.arrive(roleVersionKey(role, w), n)
 	}
 }
 
@@ -355,7 +363,7 @@ func (s *sim) startMux(ctx context.Context, i int, c *clientv3.Client) {
 	// changed) advances without an apply: arrivals are counted from the
 	// Source's status.
 	m.src, err = fleet.NewSource(fleet.SourceConfig{Client: c, Logger: s.log, Parse: s.parse.parse,
-		OnOffer: func() { s.offered(m.src, &m.version, rep) }})
+		OnOffer: func() { s.offered(fleet.RoleMux, m.src, &m.version, rep) }})
 	s.must(err)
 	rep, err = fleet.NewReporter(fleet.ReporterConfig{Client: c, Role: fleet.RoleMux, Name: m.name, Logger: s.log, TTL: leaseTTL,
 		Status: func() fleet.NodeStatus { return statusOf(fleet.RoleMux, m.name, m.src, m.version.Load()) }})
