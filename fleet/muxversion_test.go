@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/xdplb/xdplb/control"
@@ -14,7 +15,8 @@ import (
 // 1,000 hosts, 1.5 MB; one backend's weight changes per version), one
 // version after the other: parse=whole, control.Parse (what a Mux did
 // before the Parser); parse=parts, a control.Parser that parsed the
-// version before (what a Mux's Tracker does); apply, mux.Controller.Apply
+// version before (what a Mux's Tracker does; MiB-kept: the heap its
+// kept parts take); apply, mux.Controller.Apply
 // with ExternalHealth (the hosts report health).
 //
 //	go test -run '^$' -bench MuxVersion -benchtime 20x ./fleet/
@@ -33,10 +35,16 @@ func BenchmarkMuxVersion(b *testing.B) {
 		}
 	})
 	b.Run("parse=parts", func(b *testing.B) {
+		var m0, m1 runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m0)
 		p := control.NewParser()
 		if _, err := p.Parse("", texts[0]); err != nil {
 			b.Fatal(err)
 		}
+		runtime.GC()
+		runtime.ReadMemStats(&m1)
+		kept := float64(m1.HeapAlloc-min(m0.HeapAlloc, m1.HeapAlloc)) / (1 << 20) // the parts' trees the Parser keeps
 		first := p.Stats()
 		b.SetBytes(int64(len(texts[0])))
 		b.ReportAllocs()
@@ -49,6 +57,8 @@ func BenchmarkMuxVersion(b *testing.B) {
 		}
 		st := p.Stats()
 		b.ReportMetric(float64(st.Parsed-first.Parsed)/float64(st.Parts-first.Parts), "parts-decoded/op")
+		b.ReportMetric(kept, "MiB-kept")
+		runtime.KeepAlive(p)
 	})
 	b.Run("apply", benchMuxApply)
 }
