@@ -496,8 +496,8 @@ func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q 
 		// An ICMP error goes where its flow goes; it neither creates nor
 		// advances an entry.
 		idx := -1
-		if id, _, ok := ct.LookupPrepared(q, now); ok {
-			if br, i, found := snap.Backend(id); found && br == r && r.Backends[i].State != flow.BackendDown {
+		if e, _, ok := ct.LookupPrepared(q, now); ok {
+			if i, found := snap.Place(r, e); found && r.Backends[i].State != flow.BackendDown {
 				idx = i
 			}
 		}
@@ -512,8 +512,10 @@ func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q 
 	}
 
 	class := p.StateClass()
-	if id, cur, age, ok := ct.LookupPreparedAge(q, now); ok {
-		if br, idx, found := snap.Backend(id); found && br == r && r.Backends[idx].State != flow.BackendDown {
+	if e, cur, age, ok := ct.LookupPreparedAge(q, now); ok {
+		// The entry names the backend by ID and where it was
+		// (flow.Rule.Entry): one comparison while it is still there.
+		if idx, found := snap.Place(r, e); found && r.Backends[idx].State != flow.BackendDown {
 			p.Backend = int32(idx)
 			if next := ct.Next(cur, class, age); next != cur {
 				if ct.SetClassPrepared(q, next, now) && cur == flow.ClassUntrusted {
@@ -538,7 +540,7 @@ func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q 
 	if !s.admit(st, r, now) {
 		return 0
 	}
-	switch res := ct.InsertPrepared(q, r.Backends[idx].ID, flow.ClassUntrusted, now); {
+	switch res := ct.InsertPrepared(q, r.Entry(idx), flow.ClassUntrusted, now); {
 	case res.Stored():
 		st.count(r, sInserted)
 		if res == flow.InsertEvicted {

@@ -91,9 +91,27 @@ type Backend struct {
 	// ID is the backend's node-local identity, assigned by NewSnapshot and
 	// kept across snapshots for the same (VIP, Name): a connection table
 	// stores it, so established flows find their backend again after a
-	// reload even when the pool's order or size changed. Never 0 nor
-	// ReservedID.
+	// reload even when the pool's order or size changed. Never 0, at
+	// most MaxBackendID.
 	ID uint32
+}
+
+// MaxBackendID is the largest backend ID a snapshot assigns: IDs fit in
+// the low 24 bits of a connection-table entry (Rule.Entry), whose top 8
+// bits say where the backend was in its rule. It is below the low 24 bits
+// of ReservedID, so no entry is ever ReservedID.
+const MaxBackendID = 1<<24 - 2
+
+// entryIDMask takes a backend ID out of a connection-table entry.
+const entryIDMask = 1<<24 - 1
+
+// Entry returns what a connection table stores for a flow placed on
+// r.Backends[idx]: the backend's ID (which stays the backend's across
+// reloads) in the low 24 bits and idx (at most 255) in the top 8 bits, a
+// hint that saves Snapshot.Place the lookup by ID while the backend keeps
+// its place. Snapshot.Backend accepts an entry as well as an ID.
+func (r *Rule) Entry(idx int) uint32 {
+	return uint32(min(idx, 255))<<24 | r.Backends[idx].ID
 }
 
 // ReservedID is a backend ID no snapshot assigns: a connection table may
@@ -477,11 +495,11 @@ func (s *Snapshot) assignIDs(prev *Snapshot) {
 					b.ID = old.Backends[k].ID
 				}
 			}
-			for b.ID == 0 || b.ID == ReservedID || s.idTaken(b.ID) {
+			for b.ID == 0 || b.ID > MaxBackendID || s.idTaken(b.ID) {
 				b.ID = s.nextID
 				s.nextID++
-				if s.nextID == 0 {
-					s.nextID = 1 // wrapped after 2^32 additions: skip 0 and taken IDs
+				if s.nextID > MaxBackendID {
+					s.nextID = 1 // wrapped after 2^24 additions: skip 0 and taken IDs
 				}
 			}
 			s.putID(b.ID, r, j)
@@ -514,9 +532,10 @@ func (s *Snapshot) putID(id uint32, r *Rule, idx int) {
 
 // Backend returns the rule and the index in its Backends of the backend
 // with the given ID, and false when no backend of s has it (it was removed
-// by a reload). It does not allocate; the data path calls it on a
-// connection-table hit.
+// by a reload). id may also be a connection-table entry (Rule.Entry): its
+// hint is ignored. It does not allocate.
 func (s *Snapshot) Backend(id uint32) (r *Rule, idx int, ok bool) {
+	id &= entryIDMask
 	if s.byID == nil || id == 0 {
 		return nil, -1, false
 	}
@@ -529,6 +548,26 @@ func (s *Snapshot) Backend(id uint32) (r *Rule, idx int, ok bool) {
 			return nil, -1, false
 		}
 	}
+}
+
+// Place returns the index in r.Backends of the backend a connection-table
+// entry (Rule.Entry) names, r being the rule of s that the flow's packet
+// matches; ok is false when r has no backend with the entry's ID (the
+// backend was removed, or the entry belongs to another rule). When the
+// backend is still where the entry says, that is one comparison of its ID
+// (IDs are unique in a snapshot, so an equal ID is the same backend);
+// otherwise — a reload moved it — the lookup by ID of Backend. It does not
+// allocate; the data path calls it on a connection-table hit.
+func (s *Snapshot) Place(r *Rule, entry uint32) (idx int, ok bool) {
+	id, h := entry&entryIDMask, int(entry>>24)
+	if h < len(r.Backends) && r.Backends[h].ID == id && id != 0 {
+		return h, true
+	}
+	br, idx, ok := s.Backend(id)
+	if !ok || br != r {
+		return -1, false
+	}
+	return idx, true
 }
 
 func (r *Rule) validate() error {

@@ -53,8 +53,8 @@ var ErrTableConfig = errors.New("nat: invalid table config")
 //	VIP.Port == 0, Backend.Port != 0      many VIP ports → one DIP port: not derivable
 //
 // Only the last case (an all-ports rule whose backend has a fixed port) needs
-// the VIP port stored. Backend IDs use all 32 bits and grow over a node's
-// life (flow.Snapshot never reuses an ID while it is live, and hands out new
+// the VIP port stored. Backend IDs use 24 bits (flow.MaxBackendID) and
+// grow over a node's life (flow.Snapshot never reuses an ID while it is live, and hands out new
 // ones as backends come and go), so packing the port next to the ID in the
 // 32-bit value would put a ceiling on backend churn. Instead those
 // connections get a second entry, under the same key, in a small side
