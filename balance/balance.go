@@ -515,7 +515,11 @@ func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q 
 	if e, cur, age, ok := ct.LookupPreparedAge(q, now); ok {
 		// The entry names the backend by ID and where it was
 		// (flow.Rule.Entry): one comparison while it is still there.
-		if idx, found := snap.Place(r, e); found && r.Backends[idx].State != flow.BackendDown {
+		idx, found := r.EntryIndex(e) // inlined; the lookup by ID when a reload moved the backend
+		if !found {
+			idx, found = snap.Place(r, e)
+		}
+		if found && r.Backends[idx].State != flow.BackendDown {
 			p.Backend = int32(idx)
 			if next := ct.Next(cur, class, age); next != cur {
 				if ct.SetClassPrepared(q, next, now) && cur == flow.ClassUntrusted {

@@ -550,6 +550,18 @@ func (s *Snapshot) Backend(id uint32) (r *Rule, idx int, ok bool) {
 	}
 }
 
+// EntryIndex is Place's first step: the index in r.Backends a
+// connection-table entry (Entry) names when its backend is still where the
+// entry says; ok is false otherwise, which does not mean r has no such
+// backend (Place then looks it up by ID). It is small enough to be inlined
+// in a data-path caller, which calls Place when it fails.
+func (r *Rule) EntryIndex(entry uint32) (idx int, ok bool) {
+	if h := int(entry >> 24); h < len(r.Backends) && r.Backends[h].ID == entry&entryIDMask {
+		return h, true
+	}
+	return -1, false
+}
+
 // Place returns the index in r.Backends of the backend a connection-table
 // entry (Rule.Entry) names, r being the rule of s that the flow's packet
 // matches; ok is false when r has no backend with the entry's ID (the
@@ -559,11 +571,10 @@ func (s *Snapshot) Backend(id uint32) (r *Rule, idx int, ok bool) {
 // otherwise — a reload moved it — the lookup by ID of Backend. It does not
 // allocate; the data path calls it on a connection-table hit.
 func (s *Snapshot) Place(r *Rule, entry uint32) (idx int, ok bool) {
-	id, h := entry&entryIDMask, int(entry>>24)
-	if h < len(r.Backends) && r.Backends[h].ID == id && id != 0 {
-		return h, true
+	if idx, ok := r.EntryIndex(entry); ok {
+		return idx, true
 	}
-	br, idx, ok := s.Backend(id)
+	br, idx, ok := s.Backend(entry)
 	if !ok || br != r {
 		return -1, false
 	}
