@@ -242,6 +242,12 @@ type Snapshot struct {
 	// at most 1/2; nil when there is no rule.
 	anyVIP     []addrSlot
 	anyVIPMask uint64
+	// vipBits is a one-hash filter over anyVIP's addresses (vipBitsHash):
+	// a clear bit answers "no VIP has this address" without a probe, as
+	// HasVIPAddr does for nearly every source it is asked about. Nil when
+	// there is no rule.
+	vipBits  []uint64
+	vipShift uint8
 	// oneVNI is the VNI of every rule when they share one (oneVNIOK).
 	oneVNI   uint32
 	oneVNIOK bool
@@ -312,6 +318,7 @@ func NewSnapshot(version uint64, rules []Rule, prev *Snapshot) (*Snapshot, error
 	s.mask = uint64(size - 1)
 	s.anyVIP = make([]addrSlot, size)
 	s.anyVIPMask = uint64(size - 1)
+	s.sizeVIPBits(len(rules))
 	for i := range rules {
 		r := &store[i]
 		*r = rules[i]

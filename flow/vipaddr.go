@@ -41,9 +41,46 @@ func (s *Snapshot) findAddr(addr *[16]byte, family uint8) *addrSlot {
 // HasVIPAddr reports whether addr, of family (a Key.Src or Key.Dst with
 // its Key.Family), is the address of any rule of s, in any VNI, for any
 // protocol and port. It does not allocate; it is meant to be called per
-// packet (a source filter drops packets whose source is a VIP).
+// packet (a source filter drops packets whose source is a VIP). An
+// address that is no VIP's is nearly always answered by one bit of a
+// filter of at least 32 bits per VIP address (vipBits), without probing
+// the set.
 func (s *Snapshot) HasVIPAddr(addr *[16]byte, family uint8) bool {
+	if s.vipBits == nil {
+		return false
+	}
+	h := vipBitsHash(addr, s.vipShift)
+	if s.vipBits[h>>6]&(1<<(h&63)) == 0 {
+		return false
+	}
 	return s.findAddr(addr, family) != nil
+}
+
+// Bounds of the filter's size in bits: a cache line at least, 8 KiB at
+// most.
+const (
+	vipBitsMin = 512
+	vipBitsMax = 1 << 16
+)
+
+// sizeVIPBits allocates the filter for n addresses: 32 bits per address
+// (about 3% of non-VIP addresses probe the set once it is full), rounded
+// up to a power of two within [vipBitsMin, vipBitsMax].
+func (s *Snapshot) sizeVIPBits(n int) {
+	size := vipBitsMin
+	for size < 32*n && size < vipBitsMax {
+		size *= 2
+	}
+	s.vipBits = make([]uint64, size/64)
+	s.vipShift = uint8(64 - bits.TrailingZeros(uint(size)))
+}
+
+// vipBitsHash returns addr's bit in a filter of 2^(64-shift) bits: one
+// multiply of both words folded (an IPv4 address is its first word's low
+// half; a family clash only costs a probe).
+func vipBitsHash(addr *[16]byte, shift uint8) uint64 {
+	a0, a1 := binary.LittleEndian.Uint64(addr[:8]), binary.LittleEndian.Uint64(addr[8:])
+	return (a0 ^ bits.RotateLeft64(a1, 32)) * 0x9e3779b97f4a7c15 >> shift
 }
 
 // VIPAddrVNI returns the VNI of the rules whose VIP address is addr, of
@@ -72,6 +109,8 @@ func (s *Snapshot) SingleVNI() (vni uint32, ok bool) {
 // addAnyVIP adds an address of a rule in VNI vni to the anyVIP set (sized
 // by NewSnapshot).
 func (s *Snapshot) addAnyVIP(addr *[16]byte, family uint8, vni uint32) {
+	h := vipBitsHash(addr, s.vipShift)
+	s.vipBits[h>>6] |= 1 << (h & 63)
 	a0, a1 := binary.LittleEndian.Uint64(addr[:8]), binary.LittleEndian.Uint64(addr[8:])
 	for i := addrHash(a0, a1, family) & s.anyVIPMask; ; i = (i + 1) & s.anyVIPMask {
 		e := &s.anyVIP[i]
