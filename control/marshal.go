@@ -18,6 +18,61 @@ import (
 // document Parse returned. It writes what d holds even when that is
 // invalid (Validate relies on it); it fails only if encoding fails.
 func (d *Document) Marshal() ([]byte, error) {
+	head, vips, tail := d.marshalNodes()
+	root := head
+	if len(vips.Content) > 0 {
+		add(root, "vips", vips)
+	}
+	root.Content = append(root.Content, tail.Content...)
+	return encode(root)
+}
+
+// MarshalVIPs is Marshal for a writer of many documents that share VIPs
+// (package fleet writes a thousand hosts' views, each listing every VIP):
+// for each VIP i, the text vip(i) returns, when not nil, is written in
+// place of VIP i's; it must be what MarshalVIP wrote for a VIP equal to
+// d.VIPs[i]. The text differs from Marshal's (the VIPs' items are not
+// indented under vips), the document it parses to does not.
+func (d *Document) MarshalVIPs(vip func(i int) []byte) ([]byte, error) {
+	head, vips, tail := d.marshalNodes()
+	var buf bytes.Buffer
+	if err := encodeTo(&buf, head); err != nil {
+		return nil, err
+	}
+	if len(vips.Content) > 0 {
+		buf.WriteString("vips:\n")
+		k := 0
+		for i := range d.VIPs {
+			if d.VIPs[i].InboundNAT != "" {
+				continue // under inbound_nat
+			}
+			t := vip(i)
+			if t == nil {
+				var err error
+				if t, err = encode(&yaml.Node{Kind: yaml.SequenceNode, Content: []*yaml.Node{vips.Content[k]}}); err != nil {
+					return nil, err
+				}
+			}
+			buf.Write(t)
+			k++
+		}
+	}
+	if len(tail.Content) > 0 {
+		if err := encodeTo(&buf, tail); err != nil {
+			return nil, err
+		}
+	}
+	return buf.Bytes(), nil
+}
+
+// MarshalVIP writes v as MarshalVIPs writes an item of vips.
+func MarshalVIP(v *VIP) ([]byte, error) {
+	return encode(&yaml.Node{Kind: yaml.SequenceNode, Content: []*yaml.Node{marshalVIP(v)}})
+}
+
+// marshalNodes returns d's top-level keys before vips (head), the vips
+// sequence, and the keys after it (tail), in Marshal's order.
+func (d *Document) marshalNodes() (head, vips, tail *yaml.Node) {
 	root := mapping()
 	add(root, "version", uintNode(d.Version))
 	if !d.Written.IsZero() {
@@ -87,16 +142,13 @@ func (d *Document) Marshal() ([]byte, error) {
 		}
 		add(root, "nodes", ns)
 	}
-	if s := sequence(); len(d.VIPs) > 0 {
-		for i := range d.VIPs {
-			if d.VIPs[i].InboundNAT == "" {
-				s.Content = append(s.Content, marshalVIP(&d.VIPs[i]))
-			}
-		}
-		if len(s.Content) > 0 {
-			add(root, "vips", s)
+	head, vips, tail = root, sequence(), mapping()
+	for i := range d.VIPs {
+		if d.VIPs[i].InboundNAT == "" {
+			vips.Content = append(vips.Content, marshalVIP(&d.VIPs[i]))
 		}
 	}
+	root = tail
 	if len(d.InboundNAT) > 0 {
 		s := sequence()
 		for i := range d.InboundNAT {
@@ -135,16 +187,28 @@ func (d *Document) Marshal() ([]byte, error) {
 		}
 		add(root, "hosts", s)
 	}
+	return head, vips, tail
+}
+
+// encode writes n as a YAML document, indented by 2.
+func encode(n *yaml.Node) ([]byte, error) {
 	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if err := enc.Encode(root); err != nil {
-		return nil, fmt.Errorf("control: marshal: %w", err)
-	}
-	if err := enc.Close(); err != nil {
-		return nil, fmt.Errorf("control: marshal: %w", err)
+	if err := encodeTo(&buf, n); err != nil {
+		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+func encodeTo(buf *bytes.Buffer, n *yaml.Node) error {
+	enc := yaml.NewEncoder(buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(n); err != nil {
+		return fmt.Errorf("control: marshal: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return fmt.Errorf("control: marshal: %w", err)
+	}
+	return nil
 }
 
 func marshalVIP(v *VIP) *yaml.Node {

@@ -221,3 +221,34 @@ func FuzzParserParts(f *testing.F) {
 		}
 	})
 }
+
+// TestMarshalVIPs: a document written by MarshalVIPs, with some VIPs'
+// texts given (MarshalVIP's) and the others encoded, parses to the
+// document Marshal's text parses to; in parts too.
+func TestMarshalVIPs(t *testing.T) {
+	example, err := os.ReadFile("testdata/example.yaml")
+	require.NoError(t, err)
+	for name, text := range map[string][]byte{"example": example, "fleet": partsDoc(1, 5, 4, 2, "  "), "base": []byte(base + secondVIP)} {
+		t.Run(name, func(t *testing.T) {
+			d, err := Parse(text)
+			require.NoError(t, err)
+			for _, every := range []int{1, 2, 1 << 30} { // all VIPs given, every other, none
+				out, err := d.MarshalVIPs(func(i int) []byte {
+					if i%every != 0 {
+						return nil
+					}
+					b, err := MarshalVIP(&d.VIPs[i])
+					require.NoError(t, err)
+					return b
+				})
+				require.NoError(t, err)
+				got, err := Parse(out)
+				require.NoError(t, err, "%s", out)
+				assert.True(t, reflect.DeepEqual(d, got), "MarshalVIPs (every %d) parses to another document:\n%s", every, out)
+				p := &Parser{PartsMin: -1}
+				sameResult(t, p, out)
+				assert.Equal(t, uint64(1), p.Stats().Parts, "parsed in parts")
+			}
+		})
+	}
+}
