@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"sync"
 
 	"github.com/xdplb/xdplb/control"
 )
@@ -71,6 +72,11 @@ type views struct {
 	outbound [][]int
 	owner    map[vniAddr]int // a VM's host
 	natVMs   map[vniAddr]bool
+	// vipText is each shared VIP's text (control.MarshalVIP), made once
+	// by text.
+	vipTextOnce sync.Once
+	vipText     [][]byte
+	vipTextErr  error
 }
 
 func newViews(doc *control.Document) *views {
@@ -187,6 +193,37 @@ func (vs *views) view(hi int) *control.Document {
 	}
 	v.Hosts = vs.hosts(hi, vs.outbound[hi])
 	return &v
+}
+
+// text returns host hi's view as a document's text: the VIPs without
+// the host's backends, the same in every view, are encoded once (the
+// first call encodes them all, on every core) and copied into each view
+// (MarshalVIPs): encoding a thousand views whole was most of an apply
+// that changed them all (a VIP added).
+func (vs *views) text(hi int) ([]byte, error) {
+	vs.vipTextOnce.Do(func() {
+		vs.vipText = make([][]byte, len(vs.shared.VIPs))
+		errs := make([]error, len(vs.shared.VIPs))
+		parallel(len(vs.vipText), func(i int) {
+			if vs.shared.VIPs[i].InboundNAT == "" {
+				vs.vipText[i], errs[i] = control.MarshalVIP(&vs.shared.VIPs[i])
+			}
+		})
+		vs.vipTextErr = errors.Join(errs...)
+	})
+	if vs.vipTextErr != nil {
+		return nil, vs.vipTextErr
+	}
+	own := map[int]bool{}
+	for _, r := range vs.backends[hi] {
+		own[r[0]] = true
+	}
+	return vs.view(hi).MarshalVIPs(func(i int) []byte {
+		if own[i] {
+			return nil // with the host's backends: encoded for this view
+		}
+		return vs.vipText[i]
+	})
 }
 
 // sum is a digest of host hi's view, its version left out: two documents
