@@ -22,6 +22,7 @@ var (
 	scaleFailures = flag.Int("scale.failures", 50, "BenchmarkFleetScale: DIP failures (each then recovers)")
 	scaleIdle     = flag.Duration("scale.idle", 15*time.Second, "BenchmarkFleetScale: idle time measured for etcd's steady load")
 	scaleChange   = flag.Bool("scale.change", false, "BenchmarkFleetScale: each version changes a backend's weight, not only the version")
+	scaleAddVIP   = flag.Bool("scale.addvip", false, "BenchmarkFleetScale: each version adds a VIP (every host's view changes)")
 )
 
 // scaleResult is what runScale measures.
@@ -159,7 +160,7 @@ func BenchmarkFleetScale(b *testing.B) {
 	if testing.Short() {
 		b.Skip("the fleet simulation takes minutes")
 	}
-	shape := scaleShape{Hosts: *scaleHosts, DIPsPerHost: *scaleDIPs, VIPs: *scaleVIPs, Muxes: *scaleMuxes, Change: *scaleChange}
+	shape := scaleShape{Hosts: *scaleHosts, DIPsPerHost: *scaleDIPs, VIPs: *scaleVIPs, Muxes: *scaleMuxes, Change: *scaleChange, AddVIP: *scaleAddVIP}
 	b.Logf("fleet: %d Host Agents (%d per etcd client), %d DIPs in %d VIPs, %d Muxes; document %d bytes",
 		shape.Hosts, hostsPerClient, shape.dips(), shape.VIPs, shape.Muxes, len(scaleDoc(shape, 1)))
 	t0 := time.Now()

@@ -16,6 +16,10 @@ type scaleShape struct {
 	// version mod dips has weight 2), not only the version: every Mux
 	// then parses and applies it, and one host's view changes.
 	Change bool
+	// AddVIP makes each version v add a VIP (x2 … xv, each with one DIP
+	// of another VIP as its backend): a fleet-wide change, since every
+	// host's view lists every VIP.
+	AddVIP bool
 }
 
 func (s scaleShape) dips() int { return s.Hosts * s.DIPsPerHost }
@@ -61,6 +65,13 @@ func scaleDoc(s scaleShape, version uint64) []byte {
 				weight = ",weight: 2"
 			}
 			fmt.Fprintf(&b, "  - {address: %s,mac: %s,host: %s%s}\n", dipAddr(j), dipMAC(j), hostAddr(j/s.DIPsPerHost), weight)
+		}
+	}
+	if s.AddVIP {
+		for k := 2; k <= int(version); k++ {
+			j := k % s.dips()
+			fmt.Fprintf(&b, "- name: x%d\n  address: 198.18.%d.%d\n  protocol: tcp\n  port: 80\n  vni: %d\n  probe: {type: tcp, port: 8080}\n  backends:\n  - {address: %s,mac: %s,host: %s}\n",
+				k, 10+k/250, k%250+1, vipVNI(s.dipVIP(j)), dipAddr(j), dipMAC(j), hostAddr(j/s.DIPsPerHost))
 		}
 	}
 	b.WriteString("hosts:\n")
