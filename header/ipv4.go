@@ -122,8 +122,11 @@ func (ip IPv4) SetTTL(v uint8) { ip[ipv4TTL] = v }
 // checksum incrementally (RFC 1624).
 func (ip IPv4) SetTTLWithChecksumUpdate(v uint8) {
 	old := binary.BigEndian.Uint16(ip[ipv4TTL:])
+	// The new word from the old one in a register: reading it back after
+	// the byte store would wait for the store (a wider load than the
+	// store cannot be forwarded from it).
 	ip[ipv4TTL] = v
-	ip.SetChecksum(ChecksumUpdate16(ip.Checksum(), old, binary.BigEndian.Uint16(ip[ipv4TTL:])))
+	ip.SetChecksum(ChecksumUpdate16(ip.Checksum(), old, uint16(v)<<8|old&0xff))
 }
 
 // Protocol returns the Protocol field (ProtoTCP, ProtoUDP, ...).
