@@ -18,7 +18,7 @@ import (
 // document Parse returned. It writes what d holds even when that is
 // invalid (Validate relies on it); it fails only if encoding fails.
 func (d *Document) Marshal() ([]byte, error) {
-	head, vips, tail := d.marshalNodes()
+	head, vips, tail := d.marshalNodes(true)
 	root := head
 	if len(vips.Content) > 0 {
 		add(root, "vips", vips)
@@ -34,28 +34,28 @@ func (d *Document) Marshal() ([]byte, error) {
 // d.VIPs[i]. The text differs from Marshal's (the VIPs' items are not
 // indented under vips), the document it parses to does not.
 func (d *Document) MarshalVIPs(vip func(i int) []byte) ([]byte, error) {
-	head, vips, tail := d.marshalNodes()
+	head, _, tail := d.marshalNodes(false)
 	var buf bytes.Buffer
 	if err := encodeTo(&buf, head); err != nil {
 		return nil, err
 	}
-	if len(vips.Content) > 0 {
-		buf.WriteString("vips:\n")
-		k := 0
-		for i := range d.VIPs {
-			if d.VIPs[i].InboundNAT != "" {
-				continue // under inbound_nat
-			}
-			t := vip(i)
-			if t == nil {
-				var err error
-				if t, err = encode(&yaml.Node{Kind: yaml.SequenceNode, Content: []*yaml.Node{vips.Content[k]}}); err != nil {
-					return nil, err
-				}
-			}
-			buf.Write(t)
-			k++
+	listed := false
+	for i := range d.VIPs {
+		if d.VIPs[i].InboundNAT != "" {
+			continue // under inbound_nat
 		}
+		if !listed {
+			buf.WriteString("vips:\n")
+			listed = true
+		}
+		t := vip(i)
+		if t == nil {
+			var err error
+			if t, err = MarshalVIP(&d.VIPs[i]); err != nil {
+				return nil, err
+			}
+		}
+		buf.Write(t)
 	}
 	if len(tail.Content) > 0 {
 		if err := encodeTo(&buf, tail); err != nil {
@@ -71,8 +71,9 @@ func MarshalVIP(v *VIP) ([]byte, error) {
 }
 
 // marshalNodes returns d's top-level keys before vips (head), the vips
-// sequence, and the keys after it (tail), in Marshal's order.
-func (d *Document) marshalNodes() (head, vips, tail *yaml.Node) {
+// sequence (empty unless withVIPs), and the keys after it (tail), in
+// Marshal's order.
+func (d *Document) marshalNodes(withVIPs bool) (head, vips, tail *yaml.Node) {
 	root := mapping()
 	add(root, "version", uintNode(d.Version))
 	if !d.Written.IsZero() {
@@ -144,7 +145,7 @@ func (d *Document) marshalNodes() (head, vips, tail *yaml.Node) {
 	}
 	head, vips, tail = root, sequence(), mapping()
 	for i := range d.VIPs {
-		if d.VIPs[i].InboundNAT == "" {
+		if withVIPs && d.VIPs[i].InboundNAT == "" {
 			vips.Content = append(vips.Content, marshalVIP(&d.VIPs[i]))
 		}
 	}
