@@ -292,7 +292,11 @@ func (a *applier) viewOps(cur applyState) (ops [][]clientv3.Op, sizes []int, err
 	// Marshalling is most of an apply that changes every view (a
 	// thousand views of a hundred VIPs: seconds on one core): on every
 	// core.
-	parallel(len(todo), func(i int) { todo[i].text, todo[i].err = a.views.text(todo[i].hi) })
+	parallel(len(todo), func(i int) {
+		if todo[i].text, todo[i].err = a.views.text(todo[i].hi); todo[i].err == nil {
+			todo[i].text = packView(todo[i].text)
+		}
+	})
 	for _, c := range todo {
 		h := a.doc.Hosts[c.hi].Name
 		if c.err != nil {

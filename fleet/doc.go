@@ -37,7 +37,7 @@
 //
 //	document            the document, as written (YAML)
 //	document.commit     JSON: version, committed_at, by, sum (the text's, version line left out) — written in the same transaction
-//	views/<host>        YAML: the host's view of the document (HostView), of the version that last changed it
+//	views/<host>        YAML, gzip-compressed: the host's view of the document (HostView), of the version that last changed it
 //	views.sums/<host>   the view's sum (its version left out), written with it, read by Apply only
 //	views.commit        JSON, like document.commit — written in the document's transaction, after the views
 //	apply.claim         JSON: who applies, under the applier's lease, while views go in several transactions

@@ -346,7 +346,12 @@ func (s *Source) readView(ctx context.Context, apply func(*control.Document) err
 		s.t.Advance(cm.Version, o)
 		return rev, true, nil
 	}
-	if _, err := s.t.Offer(kv.Value, o, apply); err != nil {
+	text, err := unpackView(kv.Value)
+	if err != nil {
+		s.t.Refuse(fmt.Errorf("version %d: %s: %w", cm.Version, view, err), control.ReasonInvalid)
+		return rev, true, nil
+	}
+	if _, err := s.t.Offer(text, o, apply); err != nil {
 		return rev, true, nil // refused, recorded: the next commit tries again
 	}
 	s.viewRev = kv.ModRevision
