@@ -28,11 +28,13 @@ func (d *Document) Marshal() ([]byte, error) {
 }
 
 // MarshalVIPs is Marshal for a writer of many documents that share VIPs
-// (package fleet writes a thousand hosts' views, each listing every VIP):
-// for each VIP i, the text vip(i) returns, when not nil, is written in
-// place of VIP i's; it must be what MarshalVIP wrote for a VIP equal to
-// d.VIPs[i]. The text differs from Marshal's (the VIPs' items are not
-// indented under vips), the document it parses to does not.
+// (package fleet writes a thousand hosts' views, each listing every VIP,
+// each with only that host's backends): for each VIP i, the text vip(i)
+// returns, when not nil, is written in place of VIP i's but for its
+// backends, which follow it; the text must be what MarshalVIP wrote for
+// a VIP equal to d.VIPs[i] but for its backends (none). The text
+// differs from Marshal's (the VIPs' items are not indented under vips),
+// the document it parses to does not.
 func (d *Document) MarshalVIPs(vip func(i int) []byte) ([]byte, error) {
 	head, _, tail := d.marshalNodes(false)
 	var buf bytes.Buffer
@@ -41,7 +43,8 @@ func (d *Document) MarshalVIPs(vip func(i int) []byte) ([]byte, error) {
 	}
 	listed := false
 	for i := range d.VIPs {
-		if d.VIPs[i].InboundNAT != "" {
+		v := &d.VIPs[i]
+		if v.InboundNAT != "" {
 			continue // under inbound_nat
 		}
 		if !listed {
@@ -51,11 +54,24 @@ func (d *Document) MarshalVIPs(vip func(i int) []byte) ([]byte, error) {
 		t := vip(i)
 		if t == nil {
 			var err error
-			if t, err = MarshalVIP(&d.VIPs[i]); err != nil {
+			if t, err = MarshalVIP(v); err != nil {
 				return nil, err
 			}
+			buf.Write(t)
+			continue
 		}
 		buf.Write(t)
+		if len(v.Backends) > 0 {
+			// The item's last key, indented as the item's keys are.
+			b, err := encode(&yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{strNode("backends"), marshalBackends(v.Backends)}})
+			if err != nil {
+				return nil, err
+			}
+			for line := range bytes.Lines(b) {
+				buf.WriteString("  ")
+				buf.Write(line)
+			}
+		}
 	}
 	if len(tail.Content) > 0 {
 		if err := encodeTo(&buf, tail); err != nil {
@@ -259,26 +275,30 @@ func marshalVIP(v *VIP) *yaml.Node {
 		add(n, "probe", pn)
 	}
 	if len(v.Backends) > 0 {
-		s := sequence()
-		for j := range v.Backends {
-			b := &v.Backends[j]
-			bn := mapping()
-			add(bn, "name", strNode(b.Name))
-			addAddr(bn, "address", b.Address)
-			if b.Port != 0 {
-				add(bn, "port", uintNode(uint64(b.Port)))
-			}
-			add(bn, "mac", macNode(b.MAC))
-			addAddr(bn, "host", b.Host)
-			add(bn, "weight", uintNode(uint64(b.Weight)))
-			if b.State != flow.BackendActive {
-				add(bn, "state", strNode(b.State.String()))
-			}
-			s.Content = append(s.Content, bn)
-		}
-		add(n, "backends", s)
+		add(n, "backends", marshalBackends(v.Backends)) // last: MarshalVIPs appends it so
 	}
 	return n
+}
+
+func marshalBackends(bs []Backend) *yaml.Node {
+	s := sequence()
+	for j := range bs {
+		b := &bs[j]
+		bn := mapping()
+		add(bn, "name", strNode(b.Name))
+		addAddr(bn, "address", b.Address)
+		if b.Port != 0 {
+			add(bn, "port", uintNode(uint64(b.Port)))
+		}
+		add(bn, "mac", macNode(b.MAC))
+		addAddr(bn, "host", b.Host)
+		add(bn, "weight", uintNode(uint64(b.Weight)))
+		if b.State != flow.BackendActive {
+			add(bn, "state", strNode(b.State.String()))
+		}
+		s.Content = append(s.Content, bn)
+	}
+	return s
 }
 
 func mapping() *yaml.Node  { return &yaml.Node{Kind: yaml.MappingNode} }

@@ -223,8 +223,9 @@ func FuzzParserParts(f *testing.F) {
 }
 
 // TestMarshalVIPs: a document written by MarshalVIPs, with some VIPs'
-// texts given (MarshalVIP's) and the others encoded, parses to the
-// document Marshal's text parses to; in parts too.
+// texts given (MarshalVIP's, without their backends) and the others
+// encoded, parses to the document Marshal's text parses to; in parts
+// too.
 func TestMarshalVIPs(t *testing.T) {
 	example, err := os.ReadFile("testdata/example.yaml")
 	require.NoError(t, err)
@@ -237,7 +238,9 @@ func TestMarshalVIPs(t *testing.T) {
 					if i%every != 0 {
 						return nil
 					}
-					b, err := MarshalVIP(&d.VIPs[i])
+					v := d.VIPs[i]
+					v.Backends = nil // MarshalVIPs writes them
+					b, err := MarshalVIP(&v)
 					require.NoError(t, err)
 					return b
 				})

@@ -195,11 +195,11 @@ func (vs *views) view(hi int) *control.Document {
 	return &v
 }
 
-// text returns host hi's view as a document's text: the VIPs without
-// the host's backends, the same in every view, are encoded once (the
-// first call encodes them all, on every core) and copied into each view
-// (MarshalVIPs): encoding a thousand views whole was most of an apply
-// that changed them all (a VIP added).
+// text returns host hi's view as a document's text: the VIPs, without
+// backends the same in every view, are encoded once (the first call
+// encodes them all, on every core) and copied into each view, followed
+// by the host's backends (MarshalVIPs): encoding a thousand views whole
+// was most of an apply that changed them all (a VIP added).
 func (vs *views) text(hi int) ([]byte, error) {
 	vs.vipTextOnce.Do(func() {
 		vs.vipText = make([][]byte, len(vs.shared.VIPs))
@@ -214,16 +214,10 @@ func (vs *views) text(hi int) ([]byte, error) {
 	if vs.vipTextErr != nil {
 		return nil, vs.vipTextErr
 	}
-	own := map[int]bool{}
-	for _, r := range vs.backends[hi] {
-		own[r[0]] = true
-	}
-	return vs.view(hi).MarshalVIPs(func(i int) []byte {
-		if own[i] {
-			return nil // with the host's backends: encoded for this view
-		}
-		return vs.vipText[i]
-	})
+	// The shared VIPs have no backends (an inbound NAT rule's VIP, which
+	// keeps its one, is written under inbound_nat): MarshalVIPs appends
+	// the host's.
+	return vs.view(hi).MarshalVIPs(func(i int) []byte { return vs.vipText[i] })
 }
 
 // sum is a digest of host hi's view, its version left out: two documents
