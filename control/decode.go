@@ -221,22 +221,50 @@ func describe(n *yaml.Node) string {
 	return n.ShortTag() + " " + strconv.Quote(v)
 }
 
-// object is a decoded mapping: its known keys' value nodes.
+// object is a decoded mapping: its known keys' value nodes. Entries are
+// a slice searched in order, not maps: a mapping has a few keys, and a
+// fleet's document has tens of thousands of mappings (three maps each
+// were a fifth of a parse).
 type object struct {
 	n    *yaml.Node
 	path string
-	vals map[string]*yaml.Node
-	keys map[string]*yaml.Node
+	ents []entry // the first of each key, in order
 	// suggested holds the keys an unknown key was taken for a typo of:
 	// their absence is not reported again.
-	suggested map[string]bool
+	suggested []string
+}
+
+type entry struct {
+	key  string
+	k, v *yaml.Node
+}
+
+// val returns the value node of key (aliases not followed), nil when
+// absent.
+func (o *object) val(key string) *yaml.Node {
+	for i := range o.ents {
+		if o.ents[i].key == key {
+			return o.ents[i].v
+		}
+	}
+	return nil
+}
+
+// key returns the key node of key, nil when absent.
+func (o *object) key(key string) *yaml.Node {
+	for i := range o.ents {
+		if o.ents[i].key == key {
+			return o.ents[i].k
+		}
+	}
+	return nil
 }
 
 // get returns the value node of key with aliases followed, or nil when the
 // key is absent or null.
 func (d *decoder) get(o *object, key string) *yaml.Node {
-	v, ok := o.vals[key]
-	if !ok {
+	v := o.val(key)
+	if v == nil {
 		return nil
 	}
 	v = d.deref(v)
@@ -248,7 +276,7 @@ func (d *decoder) get(o *object, key string) *yaml.Node {
 
 // missing reports a required key that is absent.
 func (d *decoder) missing(o *object, key, want string) {
-	if o.suggested[key] {
+	if slices.Contains(o.suggested, key) {
 		return
 	}
 	d.errorf(o.n, join(o.path, key), "missing (want %s)", want)
@@ -267,7 +295,7 @@ func (d *decoder) object(n *yaml.Node, path string, known []string) *object {
 		d.errorf(n, path, "want a mapping of %s, got %s", keyList(known), describe(n))
 		return nil
 	}
-	o := &object{n: n, path: path, vals: map[string]*yaml.Node{}, keys: map[string]*yaml.Node{}, suggested: map[string]bool{}}
+	o := &object{n: n, path: path, ents: make([]entry, 0, len(n.Content)/2)}
 	d.fill(o, n, known, true, 0)
 	return o
 }
@@ -291,19 +319,19 @@ func (d *decoder) fill(o *object, n *yaml.Node, known []string, explicit bool, d
 		if !slices.Contains(known, key) {
 			if s := suggest(key, known); s != "" {
 				d.errorf(k, o.path, "unknown key %q (did you mean %q?)", key, s)
-				o.suggested[s] = true
+				o.suggested = append(o.suggested, s)
 			} else {
 				d.errorf(k, o.path, "unknown key %q (want %s)", key, keyList(known))
 			}
 			continue
 		}
-		if first, dup := o.keys[key]; dup {
+		if first := o.key(key); first != nil {
 			if explicit {
 				d.errorf(k, join(o.path, key), "repeated key (first at line %d)", first.Line)
 			}
 			continue
 		}
-		o.vals[key], o.keys[key] = v, k
+		o.ents = append(o.ents, entry{key, k, v})
 	}
 	for _, m := range merges {
 		m = d.deref(m)

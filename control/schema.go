@@ -102,7 +102,7 @@ func (d *decoder) document(root *yaml.Node) *Document {
 	if o == nil {
 		return nil
 	}
-	if k := o.keys["checksum"]; k != nil && k.Line != d.sumLine {
+	if k := o.key("checksum"); k != nil && k.Line != d.sumLine {
 		d.errorf(k, "checksum", "a checksum must be the document's first key, on a line of its own, before any other key (as control.Seal writes it)")
 	}
 	doc := &Document{}
@@ -121,8 +121,8 @@ func (d *decoder) document(root *yaml.Node) *Document {
 		x, _ := d.uint(v, "maglev_min_table_size", 0, flow.MaglevMaxSize, "0..16777213; rounded up to the sizes table_size defaults to")
 		doc.MaglevMinTableSize = uint32(x)
 	}
-	fleet := o.vals["nodes"] != nil
-	if no := d.object(o.vals["node"], "node", nodeKeys); no != nil {
+	fleet := o.val("nodes") != nil
+	if no := d.object(o.val("node"), "node", nodeKeys); no != nil {
 		if v := d.get(no, "name"); v != nil {
 			doc.Node.Name, _ = d.name(v, "node.name", longNameMax, false)
 			if fleet {
@@ -130,14 +130,14 @@ func (d *decoder) document(root *yaml.Node) *Document {
 			}
 		}
 	}
-	doc.InfraPrefixes = d.prefixes(o.vals["infra_prefixes"], "infra_prefixes")
-	doc.MuxPrefixes = d.prefixes(o.vals["mux_prefixes"], "mux_prefixes")
-	if bo := d.object(o.vals["bgp"], "bgp", bgpKeys); bo != nil {
+	doc.InfraPrefixes = d.prefixes(o.val("infra_prefixes"), "infra_prefixes")
+	doc.MuxPrefixes = d.prefixes(o.val("mux_prefixes"), "mux_prefixes")
+	if bo := d.object(o.val("bgp"), "bgp", bgpKeys); bo != nil {
 		doc.BGP = d.bgp(bo, fleet)
 	}
-	doc.Nodes = d.nodes(o.vals["nodes"], doc.BGP)
+	doc.Nodes = d.nodes(o.val("nodes"), doc.BGP)
 	var metas []vipMeta
-	for i, vn := range d.list(o.vals["vips"], "vips", "VIPs") {
+	for i, vn := range d.list(o.val("vips"), "vips", "VIPs") {
 		path := index("vips", i)
 		vo := d.object(vn, path, vipKeys)
 		if vo == nil {
@@ -153,14 +153,14 @@ func (d *decoder) document(root *yaml.Node) *Document {
 		doc.VIPs = append(doc.VIPs, v)
 		metas = append(metas, m)
 	}
-	hosts := d.hosts(o.vals["hosts"])
+	hosts := d.hosts(o.val("hosts"))
 	doc.Hosts = hosts.list
 	var natVIPs []VIP
 	var natMetas []vipMeta
-	doc.InboundNAT, natVIPs, natMetas = d.inboundNAT(o.vals["inbound_nat"], hosts)
+	doc.InboundNAT, natVIPs, natMetas = d.inboundNAT(o.val("inbound_nat"), hosts)
 	doc.VIPs, metas = append(doc.VIPs, natVIPs...), append(metas, natMetas...)
 	d.checkVIPs(doc, metas)
-	doc.Outbound = d.outbound(o.vals["outbound"], doc, hosts)
+	doc.Outbound = d.outbound(o.val("outbound"), doc, hosts)
 	d.checkDIPs(doc, metas, hosts)
 	return doc
 }

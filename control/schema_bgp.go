@@ -48,7 +48,7 @@ func (d *decoder) bgp(o *object, fleet bool) *BGP {
 		b.WithdrawGrace, _ = d.duration(v, "bgp.withdraw_grace", 0, time.Hour)
 	}
 	if len(b.ListenAddresses) > 0 && b.ListenPort == 0 {
-		d.errorf(o.vals["listen_addresses"], "bgp.listen_addresses", "set, but listen_port is 0 (do not listen): drop one of them")
+		d.errorf(o.val("listen_addresses"), "bgp.listen_addresses", "set, but listen_port is 0 (do not listen): drop one of them")
 	}
 	return b
 }
@@ -94,7 +94,7 @@ func (d *decoder) bgpNode(o *object, p string, b *BGP) {
 		}
 	}
 	seen := map[netip.Addr]site{}
-	for i, pn := range d.list(o.vals["peers"], join(p, "peers"), "peers") {
+	for i, pn := range d.list(o.val("peers"), join(p, "peers"), "peers") {
 		path := index(join(p, "peers"), i)
 		po := d.object(pn, path, peerKeys)
 		if po == nil {

@@ -93,7 +93,7 @@ func (d *decoder) hosts(n *yaml.Node) hostSet {
 			h.VXLANPort = uint16(p)
 		}
 		ifaces := map[string]vmSite{}
-		for j, vn := range d.list(o.vals["vms"], path+".vms", "VMs") {
+		for j, vn := range d.list(o.val("vms"), path+".vms", "VMs") {
 			vp := index(path+".vms", j)
 			vo := d.object(vn, vp, vmKeys)
 			if vo == nil {
@@ -113,7 +113,7 @@ func (d *decoder) hosts(n *yaml.Node) hostSet {
 			here := vmSite{host: len(hs.list), vm: vm, at: site{vp, vo.n}}
 			ka := vniAddr{vm.VNI, vm.Address}
 			if first, dup := hs.vms[ka]; dup {
-				d.errorf(at(vo.vals["address"], vo.n), vp+".address", "VM address %v is already used in VNI %d (at %v)", vm.Address, vm.VNI, first.at)
+				d.errorf(at(vo.val("address"), vo.n), vp+".address", "VM address %v is already used in VNI %d (at %v)", vm.Address, vm.VNI, first.at)
 			} else {
 				hs.vms[ka] = here
 			}
@@ -121,12 +121,12 @@ func (d *decoder) hosts(n *yaml.Node) hostSet {
 			// same MAC and interface once per family.
 			km := vniMAC{vm.VNI, vm.MAC}
 			if first, dup := macs[km]; dup && !(first.host == here.host && first.vm.Interface == vm.Interface && first.vm.Address.Is4() != vm.Address.Is4()) {
-				d.errorf(at(vo.vals["mac"], vo.n), vp+".mac", "MAC %s is already used in VNI %d by another VM (at %v); a MAC may repeat only for the other address family of the same VM and interface", formatMAC(vm.MAC), vm.VNI, first.at)
+				d.errorf(at(vo.val("mac"), vo.n), vp+".mac", "MAC %s is already used in VNI %d by another VM (at %v); a MAC may repeat only for the other address family of the same VM and interface", formatMAC(vm.MAC), vm.VNI, first.at)
 			} else if !dup {
 				macs[km] = here
 			}
 			if first, dup := ifaces[vm.Interface]; dup && first.vm.MAC != vm.MAC {
-				d.errorf(at(vo.vals["interface"], vo.n), vp+".interface", "interface %q already belongs to the VM with MAC %s (at %v)", vm.Interface, formatMAC(first.vm.MAC), first.at)
+				d.errorf(at(vo.val("interface"), vo.n), vp+".interface", "interface %q already belongs to the VM with MAC %s (at %v)", vm.Interface, formatMAC(first.vm.MAC), first.at)
 			} else if !dup {
 				ifaces[vm.Interface] = here
 			}

@@ -104,7 +104,7 @@ func (d *decoder) inboundNAT(n *yaml.Node, hs hostSet) ([]InboundNAT, []VIP, []v
 			d.missing(o, "backend_port", "the VMs' port, "+wantPort)
 			ok = false
 		}
-		targetsN := o.vals["targets"]
+		targetsN := o.val("targets")
 		if targetsN == nil {
 			d.missing(o, "targets", "the VMs' addresses, one per port")
 			ok = false

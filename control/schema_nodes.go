@@ -40,7 +40,7 @@ func (d *decoder) nodes(n *yaml.Node, fleetBGP *BGP) []NodeConfig {
 		nc := NodeConfig{Name: name}
 		no := d.object(v, path, nodeCfgKeys)
 		if no != nil {
-			if bo := d.object(no.vals["bgp"], path+".bgp", nodeBGPKeys); bo != nil {
+			if bo := d.object(no.val("bgp"), path+".bgp", nodeBGPKeys); bo != nil {
 				b := &BGP{}
 				if v := d.get(bo, "asn"); v != nil {
 					b.ASN, _ = d.asn(v, path+".bgp.asn")
@@ -56,24 +56,24 @@ func (d *decoder) nodes(n *yaml.Node, fleetBGP *BGP) []NodeConfig {
 				d.bgpNode(bo, path+".bgp", b)
 				nc.BGP = b
 				if fleetBGP == nil {
-					d.errorf(no.keys["bgp"], path+".bgp", "a node's bgp completes the document's bgp section, and there is none: add bgp (asn, and what every node shares)")
+					d.errorf(no.key("bgp"), path+".bgp", "a node's bgp completes the document's bgp section, and there is none: add bgp (asn, and what every node shares)")
 				} else {
 					m := mergeBGP(fleetBGP, b)
 					if m.ASN == 0 {
-						d.errorf(no.keys["bgp"], path+".bgp", "no AS number: set bgp.asn for the fleet or %s.bgp.asn for this node", path)
+						d.errorf(no.key("bgp"), path+".bgp", "no AS number: set bgp.asn for the fleet or %s.bgp.asn for this node", path)
 					}
 					if !m.RouterID.IsValid() {
-						d.errorf(no.keys["bgp"], path+".bgp", "no router_id (want this node's IPv4 router id, usually its own address)")
+						d.errorf(no.key("bgp"), path+".bgp", "no router_id (want this node's IPv4 router id, usually its own address)")
 					}
 					peers := map[netip.Addr]bool{}
 					for _, p := range m.Peers {
 						if peers[p.Address] {
-							d.errorf(no.keys["bgp"], path+".bgp.peers", "peer %v is in the fleet's bgp.peers too (a node's peers are added to the fleet's)", p.Address)
+							d.errorf(no.key("bgp"), path+".bgp.peers", "peer %v is in the fleet's bgp.peers too (a node's peers are added to the fleet's)", p.Address)
 						}
 						peers[p.Address] = true
 					}
 					if len(m.ListenAddresses) > 0 && m.ListenPort == 0 {
-						d.errorf(no.keys["bgp"], path+".bgp.listen_addresses", "set, but bgp.listen_port is 0 (do not listen): drop one of them")
+						d.errorf(no.key("bgp"), path+".bgp.listen_addresses", "set, but bgp.listen_port is 0 (do not listen): drop one of them")
 					}
 				}
 			}

@@ -98,7 +98,7 @@ func (d *decoder) outbound(n *yaml.Node, doc *Document, hs hostSet) []Outbound {
 			x, good := d.uint(v, path+".vni", 0, MaxVNI, wantVNI)
 			ob.VNI, ok = uint32(x), ok && good
 		}
-		for j, dn := range d.list(o.vals["dips"], path+".dips", "addresses") {
+		for j, dn := range d.list(o.val("dips"), path+".dips", "addresses") {
 			dp := index(path+".dips", j)
 			a, good := d.addr(dn, dp, "a VM's "+addrWords, 0, false)
 			switch {
@@ -116,7 +116,7 @@ func (d *decoder) outbound(n *yaml.Node, doc *Document, hs hostSet) []Outbound {
 				ob.DIPs = append(ob.DIPs, a)
 			}
 		}
-		if o.vals["dips"] == nil {
+		if o.val("dips") == nil {
 			d.missing(o, "dips", "the VMs that may use the VIP as their source")
 			ok = false
 		}
@@ -140,7 +140,7 @@ func (d *decoder) outbound(n *yaml.Node, doc *Document, hs hostSet) []Outbound {
 		// The pool: unit-aligned blocks of pool that hold no inbound port.
 		inbound, all := inboundPorts(doc, ob.Address)
 		if all {
-			d.errorf(o.keys["address"], path+".address", "%v serves every port inbound (a VIP with port all): no port is left for outbound connections", ob.Address)
+			d.errorf(o.key("address"), path+".address", "%v serves every port inbound (a VIP with port all): no port is left for outbound connections", ob.Address)
 			continue
 		}
 		ob.Pool = OutboundPool(pool, ob.Unit, inbound)
@@ -148,10 +148,10 @@ func (d *decoder) outbound(n *yaml.Node, doc *Document, hs hostSet) []Outbound {
 			d.errorf(at(poolN, o.n), path+".ports", "no whole unit of %d ports left in %v once the address's inbound ports are left out", ob.Unit, pool)
 			continue
 		}
-		ob.Static = d.staticAllocations(o.vals["static"], path+".static", &ob)
-		for j, p := range d.prefixes(o.vals["local"], path+".local") {
+		ob.Static = d.staticAllocations(o.val("static"), path+".static", &ob)
+		for j, p := range d.prefixes(o.val("local"), path+".local") {
 			if p.Addr().Is4() != ob.Address.Is4() {
-				d.errorf(o.vals["local"], index(path+".local", j), "%v and the VIP %v are of different families", p, ob.Address)
+				d.errorf(o.val("local"), index(path+".local", j), "%v and the VIP %v are of different families", p, ob.Address)
 				continue
 			}
 			ob.Local = append(ob.Local, p)

@@ -91,7 +91,7 @@ func (d *decoder) vip(o *object) (VIP, vipMeta) {
 	}
 	names := map[string]site{}
 	dips := map[netip.AddrPort]site{}
-	for j, bn := range d.list(o.vals["backends"], path+".backends", "backends") {
+	for j, bn := range d.list(o.val("backends"), path+".backends", "backends") {
 		bp := index(path+".backends", j)
 		bo := d.object(bn, bp, backendKeys)
 		if bo == nil {
@@ -137,7 +137,7 @@ func (d *decoder) vip(o *object) (VIP, vipMeta) {
 	if v.Probe != nil && v.Probe.Port == 0 && portOK && v.Port == 0 {
 		for j := range v.Backends {
 			if v.Backends[j].Port == 0 {
-				d.errorf(at(o.vals["probe"], o.n), path+".probe.port", "missing: the VIP serves every port and backend %q has port 0, so there is no port to probe (want %s)", v.Backends[j].Name, wantPort)
+				d.errorf(at(o.val("probe"), o.n), path+".probe.port", "missing: the VIP serves every port and backend %q has port 0, so there is no port to probe (want %s)", v.Backends[j].Name, wantPort)
 				break
 			}
 		}
