@@ -41,6 +41,38 @@ func (d *Document) MarshalVIPs(vip func(i int) []byte) ([]byte, error) {
 	if err := encodeTo(&buf, head); err != nil {
 		return nil, err
 	}
+	// The backends of the VIPs whose text is given, encoded at once (an
+	// encoder per VIP was most of a view's cost): one item per VIP,
+	// "- backends:" and its list, which become "  backends:" after the
+	// VIP's text.
+	texts := make([][]byte, len(d.VIPs))
+	backends := sequence()
+	for i := range d.VIPs {
+		v := &d.VIPs[i]
+		if v.InboundNAT != "" {
+			continue
+		}
+		if texts[i] = vip(i); texts[i] != nil && len(v.Backends) > 0 {
+			backends.Content = append(backends.Content, mappingOf("backends", marshalBackends(v.Backends)))
+		}
+	}
+	var items [][]byte
+	if len(backends.Content) > 0 {
+		b, err := encode(backends)
+		if err != nil {
+			return nil, err
+		}
+		for line := range bytes.Lines(b) {
+			if bytes.HasPrefix(line, []byte("- ")) {
+				items = append(items, nil)
+				line = append([]byte("  "), line[2:]...)
+			}
+			items[len(items)-1] = append(items[len(items)-1], line...)
+		}
+		if len(items) != len(backends.Content) {
+			return nil, fmt.Errorf("control: marshal: %d lists of backends encoded as %d", len(backends.Content), len(items))
+		}
+	}
 	listed := false
 	for i := range d.VIPs {
 		v := &d.VIPs[i]
@@ -51,7 +83,7 @@ func (d *Document) MarshalVIPs(vip func(i int) []byte) ([]byte, error) {
 			buf.WriteString("vips:\n")
 			listed = true
 		}
-		t := vip(i)
+		t := texts[i]
 		if t == nil {
 			var err error
 			if t, err = MarshalVIP(v); err != nil {
@@ -62,15 +94,8 @@ func (d *Document) MarshalVIPs(vip func(i int) []byte) ([]byte, error) {
 		}
 		buf.Write(t)
 		if len(v.Backends) > 0 {
-			// The item's last key, indented as the item's keys are.
-			b, err := encode(&yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{strNode("backends"), marshalBackends(v.Backends)}})
-			if err != nil {
-				return nil, err
-			}
-			for line := range bytes.Lines(b) {
-				buf.WriteString("  ")
-				buf.Write(line)
-			}
+			buf.Write(items[0]) // the item's last key, indented as its keys are
+			items = items[1:]
 		}
 	}
 	if len(tail.Content) > 0 {
@@ -301,7 +326,11 @@ func marshalBackends(bs []Backend) *yaml.Node {
 	return s
 }
 
-func mapping() *yaml.Node  { return &yaml.Node{Kind: yaml.MappingNode} }
+func mapping() *yaml.Node { return &yaml.Node{Kind: yaml.MappingNode} }
+
+func mappingOf(key string, v *yaml.Node) *yaml.Node {
+	return &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{strNode(key), v}}
+}
 func sequence() *yaml.Node { return &yaml.Node{Kind: yaml.SequenceNode} }
 
 func add(m *yaml.Node, key string, v *yaml.Node) {
