@@ -447,9 +447,11 @@ func (s *Stage) Process(b *engine.Batch) {
 	}
 }
 
-// rule finds p's rule, or why there is none.
+// rule finds p's rule, or why there is none. A rule an earlier stage left
+// in p.Rule (the Mux's uplink VNI stage) is taken when it is the one
+// Lookup would find (flow.Snapshot.LookupHint).
 func (s *Stage) rule(snap *flow.Snapshot, p *engine.Packet) (*flow.Rule, engine.DropReason) {
-	r := snap.Lookup(&p.Key)
+	r := snap.LookupHint(&p.Key, p.Rule)
 	if r == nil {
 		return nil, engine.DropNoRule
 	}

@@ -71,6 +71,9 @@ type Packet struct {
 	// port for ECMP entropy).
 	Hash uint64
 	// Rule and Backend record the balancing decision for later stages.
+	// Before it, Rule may hold a stage's guess that the balancing stage
+	// checks before taking (the Mux's uplink VNI stage leaves the rule it
+	// found: flow.Snapshot.LookupHint).
 	Rule    *flow.Rule
 	Backend int32
 }

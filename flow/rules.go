@@ -167,6 +167,8 @@ type Rule struct {
 	ID uint32
 
 	maglev *Maglev // over Backends: active ones with Weight > 0
+	// k0, k1, kmeta are the VIP's index key (vipWords), for LookupHint.
+	k0, k1, kmeta uint64
 }
 
 // tableSize is the size of r's Maglev table.
@@ -248,6 +250,10 @@ type Snapshot struct {
 	// there is no rule.
 	vipBits  []uint64
 	vipShift uint8
+	// uplink indexes the rules by VIP without the VNI (meta's VNI 0), same
+	// size and mask as index, for LookupUplink; nil when some address is
+	// in more than one VNI, or there is no rule.
+	uplink []vipSlot
 	// oneVNI is the VNI of every rule when they share one (oneVNIOK).
 	oneVNI   uint32
 	oneVNIOK bool
@@ -330,6 +336,7 @@ func NewSnapshot(version uint64, rules []Rule, prev *Snapshot) (*Snapshot, error
 		if err := r.validate(); err != nil {
 			return nil, fmt.Errorf("%w: rule %d (%q): %w", ErrInvalidRule, i, r.Name, err)
 		}
+		r.k0, r.k1, r.kmeta = vipWords(&r.VIP)
 		if old := s.insert(r); old != nil {
 			return nil, fmt.Errorf("%w: rule %d (%q): VIP %v already served by rule %d (%q)",
 				ErrInvalidRule, i, r.Name, r.VIP, old.ID, old.Name)
@@ -359,6 +366,7 @@ func NewSnapshot(version uint64, rules []Rule, prev *Snapshot) (*Snapshot, error
 		}
 		s.rules[i] = r
 	}
+	s.buildUplink()
 	s.assignIDs(prev)
 	// Tables last: validation errors come before any expensive build.
 	var mb []MaglevBackend
@@ -448,6 +456,7 @@ func (s *Snapshot) ReplaceRules(version uint64, rules []Rule) (*Snapshot, error)
 			r.Backends[j].ID = old.Backends[j].ID
 		}
 		r.ID = old.ID
+		r.k0, r.k1, r.kmeta = old.k0, old.k1, old.kmeta
 		ns.rules[r.ID] = r
 	}
 	var mb []MaglevBackend
@@ -465,6 +474,14 @@ func (s *Snapshot) ReplaceRules(version uint64, rules []Rule) (*Snapshot, error)
 	for i := range ns.index {
 		if e := &ns.index[i]; e.rule != nil {
 			e.rule = ns.rules[e.rule.ID]
+		}
+	}
+	if s.uplink != nil {
+		ns.uplink = slices.Clone(s.uplink)
+		for i := range ns.uplink {
+			if e := &ns.uplink[i]; e.rule != nil {
+				e.rule = ns.rules[e.rule.ID]
+			}
 		}
 	}
 	return &ns, nil

@@ -17,11 +17,14 @@ import (
 // the Controller refuses a document that breaks it.
 
 // uplinkVNI is the stage that sets each packet's Key.VNI to its VIP's,
-// which the batch's rule snapshot holds with every VIP address
-// (flow.Snapshot.VIPAddrVNI; one probe of an open-addressing table, or
-// none when every VIP is in one VNI: flow.Snapshot.SingleVNI). Packets to
-// no VIP keep VNI 0 (the balancing stage drops them: no rule). It is safe
-// for concurrent use and allocates nothing.
+// which the batch's rule snapshot holds with every VIP address: none to
+// find when every VIP is in one VNI (flow.Snapshot.SingleVNI); else the
+// packet's rule by its VIP without the VNI (flow.Snapshot.LookupUplink,
+// one probe, the rule left in Packet.Rule as a hint for the balancing
+// stage), and for a packet to a VIP address but no rule's port the
+// address's VNI (flow.Snapshot.VIPAddrVNI). Packets to no VIP keep VNI 0
+// (the balancing stage drops them: no rule). It is safe for concurrent
+// use and allocates nothing.
 type uplinkVNI struct {
 	rules *flow.Rules // for batches without a worker snapshot: tests, hand-made batches
 }
@@ -41,6 +44,15 @@ func (s uplinkVNI) Process(b *engine.Batch) {
 		return
 	}
 	for _, p := range b.Packets() {
+		// One probe finds the rule, and with it the VNI; the rule is
+		// left in p.Rule for the balancing stage, which takes it after
+		// checking it against the key (flow.Snapshot.LookupHint) instead
+		// of probing again.
+		if r := snap.LookupUplink(&p.Key); r != nil {
+			p.Key.VNI = r.VIP.VNI
+			p.Rule = r
+			continue
+		}
 		if v, ok := snap.VIPAddrVNI(&p.Key.Dst, p.Key.Family); ok {
 			p.Key.VNI = v
 		}
