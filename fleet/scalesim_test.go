@@ -299,7 +299,11 @@ func (s *sim) startHost(ctx context.Context, i int, c *clientv3.Client) {
 	// views differ by host. A version that leaves its view as it was
 	// advances it without an apply, so arrivals are counted from its
 	// status, after every offer.
-	h.src, err = fleet.NewSource(fleet.SourceConfig{Client: c, Logger: s.log, Host: h.name,
+	var parse func(string, []byte) (*control.Document, error)
+	if !*scaleHostParts {
+		parse = func(_ string, text []byte) (*control.Document, error) { return control.Parse(text) } // see scaleHostParts
+	}
+	h.src, err = fleet.NewSource(fleet.SourceConfig{Client: c, Logger: s.log, Host: h.name, Parse: parse,
 		OnOffer: func() { s.offered(fleet.RoleHostAgent, h.src, &h.version, rep) }})
 	s.must(err)
 	rep, err = fleet.NewReporter(fleet.ReporterConfig{Client: c, Role: fleet.RoleHostAgent, Name: h.name, Logger: s.log, TTL: leaseTTL,
