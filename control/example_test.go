@@ -93,3 +93,37 @@ vips:
 	// invalid: true
 	// first: line 4 column 5 path vips[0]
 }
+
+// A Parser parses a new version of a document decoding only the parts
+// that changed since the text before (here: the version line and one
+// VIP), with Parse's result.
+func ExampleParser() {
+	text := func(version, weight int) []byte {
+		b := fmt.Appendf(nil, "version: %d\nvips:\n", version)
+		for i := range 3 {
+			w := 1
+			if i == 1 {
+				w = weight
+			}
+			b = fmt.Appendf(b, "  - name: v%d\n    address: 198.18.100.%d\n    protocol: tcp\n    port: 80\n    backends:\n"+
+				"      - {address: 198.19.1.%d, mac: \"02:00:00:00:01:%02d\", host: 198.19.0.1, weight: %d}\n", i, i+1, i+1, i+1, w)
+		}
+		return b
+	}
+	p := &control.Parser{PartsMin: -1} // in parts whatever the size (the default: from 16 KiB)
+	if _, err := p.Parse("", text(1, 1)); err != nil {
+		fmt.Println(err)
+		return
+	}
+	doc, err := p.Parse("", text(2, 5))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	st := p.Stats()
+	fmt.Println("version", doc.Version, "weight", doc.VIPs[1].Backends[0].Weight)
+	fmt.Println("parts decoded:", st.Parsed, "reused:", st.Reused) // 5 for the first text; the version line and v1 for the second
+	// Output:
+	// version 2 weight 5
+	// parts decoded: 7 reused: 3
+}
