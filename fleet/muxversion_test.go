@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/xdplb/xdplb/control"
+	"github.com/xdplb/xdplb/fleet"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/health"
 	"github.com/xdplb/xdplb/mux"
@@ -93,4 +94,59 @@ func benchMuxApply(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// BenchmarkHostVersion measures what a Host Agent does with its view of
+// each version of BenchmarkFleetScale's document when a VIP is added
+// (-scale.addvip: the change every view shows), one version after the
+// other: parse=whole, control.Parse; parse=parts, a control.Parser that
+// parsed the view before (what a Host Agent's Tracker does). In the
+// simulation 1,000 Host Agents do this on the same two cores; in a
+// fleet each on its own.
+//
+//	go test -run '^$' -bench HostVersion -benchtime 2000x ./fleet/
+func BenchmarkHostVersion(b *testing.B) {
+	shape := scaleShape{Hosts: 1000, DIPsPerHost: 10, VIPs: 100, Muxes: 16, AddVIP: true}
+	var texts [][]byte
+	for v := uint64(2); v <= 3; v++ {
+		d, err := control.Parse(scaleDoc(shape, v))
+		if err != nil {
+			b.Fatal(err)
+		}
+		view, err := fleet.HostView(d, hostName(5))
+		if err != nil {
+			b.Fatal(err)
+		}
+		t, err := view.Marshal()
+		if err != nil {
+			b.Fatal(err)
+		}
+		texts = append(texts, t)
+	}
+	b.Run("parse=whole", func(b *testing.B) {
+		b.SetBytes(int64(len(texts[1])))
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, err := control.Parse(texts[i%2]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("parse=parts", func(b *testing.B) {
+		p := control.NewParser()
+		if _, err := p.Parse("", texts[0]); err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(int64(len(texts[1])))
+		b.ReportAllocs()
+		i := 1
+		for b.Loop() {
+			if _, err := p.Parse("", texts[i%2]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
 }
