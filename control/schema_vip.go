@@ -1,10 +1,10 @@
 package control
 
 import (
-	"fmt"
 	"math"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -250,7 +250,7 @@ func (d *decoder) probe(n *yaml.Node, path string) *health.Spec {
 	if n := d.get(o, "timeout"); n != nil {
 		s.Timeout, _ = d.duration(n, path+".timeout", time.Nanosecond, health.MaxTimeout)
 	}
-	thresholds := fmt.Sprintf("1..%d", health.MaxThreshold)
+	thresholds := thresholdRange
 	if n := d.get(o, "rise"); n != nil {
 		r, _ := d.uint(n, path+".rise", 1, health.MaxThreshold, thresholds+" consecutive successes")
 		s.Rise = int(r)
@@ -285,3 +285,6 @@ func (d *decoder) probe(n *yaml.Node, path string) *health.Spec {
 	}
 	return &s
 }
+
+// thresholdRange is what a rise or fall may be, in problems' words.
+var thresholdRange = "1.." + strconv.Itoa(health.MaxThreshold)
