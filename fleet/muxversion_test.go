@@ -24,17 +24,7 @@ import (
 func BenchmarkMuxVersion(b *testing.B) {
 	shape := scaleShape{Hosts: 1000, DIPsPerHost: 10, VIPs: 100, Muxes: 16, Change: true}
 	texts := [][]byte{scaleDoc(shape, 1), scaleDoc(shape, 2)}
-	b.Run("parse=whole", func(b *testing.B) {
-		b.SetBytes(int64(len(texts[0])))
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			if _, err := control.Parse(texts[i%2]); err != nil {
-				b.Fatal(err)
-			}
-			i++
-		}
-	})
+	b.Run("parse=whole", func(b *testing.B) { alternate(b, texts, 0, control.Parse) })
 	b.Run("parse=parts", func(b *testing.B) {
 		var m0, m1 runtime.MemStats
 		runtime.GC()
@@ -47,15 +37,7 @@ func BenchmarkMuxVersion(b *testing.B) {
 		runtime.ReadMemStats(&m1)
 		kept := float64(m1.HeapAlloc-min(m0.HeapAlloc, m1.HeapAlloc)) / (1 << 20) // the parts' trees the Parser keeps
 		first := p.Stats()
-		b.SetBytes(int64(len(texts[0])))
-		b.ReportAllocs()
-		i := 1
-		for b.Loop() {
-			if _, err := p.Parse("", texts[i%2]); err != nil {
-				b.Fatal(err)
-			}
-			i++
-		}
+		alternate(b, texts, 1, func(t []byte) (*control.Document, error) { return p.Parse("", t) })
 		st := p.Stats()
 		b.ReportMetric(float64(st.Parsed-first.Parsed)/float64(st.Parts-first.Parts), "parts-decoded/op")
 		b.ReportMetric(kept, "MiB-kept")
@@ -123,30 +105,23 @@ func BenchmarkHostVersion(b *testing.B) {
 		}
 		texts = append(texts, t)
 	}
-	b.Run("parse=whole", func(b *testing.B) {
-		b.SetBytes(int64(len(texts[1])))
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			if _, err := control.Parse(texts[i%2]); err != nil {
-				b.Fatal(err)
-			}
-			i++
-		}
-	})
+	b.Run("parse=whole", func(b *testing.B) { alternate(b, texts, 0, control.Parse) })
 	b.Run("parse=parts", func(b *testing.B) {
 		p := control.NewParser()
 		if _, err := p.Parse("", texts[0]); err != nil {
 			b.Fatal(err)
 		}
-		b.SetBytes(int64(len(texts[1])))
-		b.ReportAllocs()
-		i := 1
-		for b.Loop() {
-			if _, err := p.Parse("", texts[i%2]); err != nil {
-				b.Fatal(err)
-			}
-			i++
-		}
+		alternate(b, texts, 1, func(t []byte) (*control.Document, error) { return p.Parse("", t) })
 	})
+}
+
+// alternate parses texts[i%2] from i = first on, b.N times.
+func alternate(b *testing.B, texts [][]byte, first int, parse func([]byte) (*control.Document, error)) {
+	b.SetBytes(int64(len(texts[1])))
+	b.ReportAllocs()
+	for i := first; b.Loop(); i++ {
+		if _, err := parse(texts[i%2]); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
