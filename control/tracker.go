@@ -155,16 +155,22 @@ func (t *Tracker) Offer(data []byte, o Origin, apply func(*Document) error) (boo
 		return false, err
 	}
 	t.applied, t.appliedHashed, t.appliedText = sum, hashed, nil
-	now := time.Now()
+	t.run(doc, o, "vips", len(doc.VIPs))
+	return true, nil
+}
+
+// run makes doc the running document, applied now at o, and logs it
+// with attrs.
+func (t *Tracker) run(doc *Document, o Origin, attrs ...any) {
 	t.mu.Lock()
 	t.doc = doc
-	t.st.Version, t.st.Written, t.st.AppliedAt = doc.Version, doc.Written, now
+	t.st.Version, t.st.Written, t.st.AppliedAt = doc.Version, doc.Written, time.Now()
 	t.st.Revision, t.st.Committed = o.Revision, o.Committed
 	t.st.LastError, t.st.Reason, t.st.LastErrorAt = nil, "", time.Time{}
 	t.st.Applied++
 	st := t.st
 	t.mu.Unlock()
-	attrs := []any{"version", doc.Version, "vips", len(doc.VIPs)}
+	attrs = append([]any{"version", doc.Version}, attrs...)
 	if o.Revision != 0 {
 		attrs = append(attrs, "revision", o.Revision)
 	}
@@ -172,7 +178,6 @@ func (t *Tracker) Offer(data []byte, o Origin, apply func(*Document) error) (boo
 		attrs = append(attrs, "sync_delay", d)
 	}
 	t.log.Info("control: applied", attrs...)
-	return true, nil
 }
 
 // Advance makes the running document version v without a parse or an
@@ -213,23 +218,7 @@ func (t *Tracker) Advance(v uint64, o Origin) (bool, error) {
 	doc.Version = v
 	// The running text's hash and canonical text were version cur's.
 	t.appliedHashed, t.appliedText = false, nil
-	now := time.Now()
-	t.mu.Lock()
-	t.doc = &doc
-	t.st.Version, t.st.AppliedAt = v, now
-	t.st.Revision, t.st.Committed = o.Revision, o.Committed
-	t.st.LastError, t.st.Reason, t.st.LastErrorAt = nil, "", time.Time{}
-	t.st.Applied++
-	st = t.st
-	t.mu.Unlock()
-	attrs := []any{"version", v, "from", cur.Version, "unchanged", true}
-	if o.Revision != 0 {
-		attrs = append(attrs, "revision", o.Revision)
-	}
-	if d := st.SyncDelay(); d != 0 {
-		attrs = append(attrs, "sync_delay", d)
-	}
-	t.log.Info("control: applied", attrs...)
+	t.run(&doc, o, "from", cur.Version, "unchanged", true)
 	return true, nil
 }
 
