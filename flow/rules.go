@@ -681,9 +681,12 @@ func (s *Snapshot) insert(r *Rule) *Rule {
 	}
 }
 
-func (s *Snapshot) find(a0, a1, meta uint64) *Rule {
+func (s *Snapshot) find(a0, a1, meta uint64) *Rule { return s.findIn(s.index, a0, a1, meta) }
+
+// findIn probes table (s.index, or s.uplink of the same size) for a VIP.
+func (s *Snapshot) findIn(table []vipSlot, a0, a1, meta uint64) *Rule {
 	for i := vipHash(a0, a1, meta) & s.mask; ; i = (i + 1) & s.mask {
-		e := &s.index[i]
+		e := &table[i]
 		if e.a0 == a0 && e.a1 == a1 && e.meta == meta {
 			return e.rule
 		}
@@ -701,13 +704,19 @@ func (s *Snapshot) Lookup(k *Key) *Rule {
 	if s.index == nil {
 		return nil
 	}
+	return s.lookupIn(s.index, k, k.VNI)
+}
+
+// lookupIn is Lookup in table (s.index; s.uplink, keyed without the VNI:
+// vni 0), taking vni for k's.
+func (s *Snapshot) lookupIn(table []vipSlot, k *Key, vni uint32) *Rule {
 	le := binary.LittleEndian
 	a0, a1 := le.Uint64(k.Dst[:8]), le.Uint64(k.Dst[8:])
-	if r := s.find(a0, a1, vipMeta(k.VNI, k.Proto, k.DstPort, k.Family)); r != nil {
+	if r := s.findIn(table, a0, a1, vipMeta(vni, k.Proto, k.DstPort, k.Family)); r != nil {
 		return r
 	}
 	if s.allPorts && k.DstPort != 0 {
-		return s.find(a0, a1, vipMeta(k.VNI, k.Proto, 0, k.Family))
+		return s.findIn(table, a0, a1, vipMeta(vni, k.Proto, 0, k.Family))
 	}
 	return nil
 }

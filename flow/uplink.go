@@ -22,18 +22,6 @@ func (s *Snapshot) buildUplink() {
 	}
 }
 
-func (s *Snapshot) findUplink(a0, a1, meta uint64) *Rule {
-	for i := vipHash(a0, a1, meta) & s.mask; ; i = (i + 1) & s.mask {
-		e := &s.uplink[i]
-		if e.a0 == a0 && e.a1 == a1 && e.meta == meta {
-			return e.rule
-		}
-		if e.rule == nil {
-			return nil
-		}
-	}
-}
-
 // LookupUplink is Lookup for a packet whose VNI is not known — a Mux's
 // uplink carries none — and is taken to be its VIP's: the rule whose VIP
 // matches k's protocol, destination address and port, else the all-ports
@@ -46,15 +34,7 @@ func (s *Snapshot) LookupUplink(k *Key) *Rule {
 	if s.uplink == nil {
 		return nil
 	}
-	le := binary.LittleEndian
-	a0, a1 := le.Uint64(k.Dst[:8]), le.Uint64(k.Dst[8:])
-	if r := s.findUplink(a0, a1, vipMeta(0, k.Proto, k.DstPort, k.Family)); r != nil {
-		return r
-	}
-	if s.allPorts && k.DstPort != 0 {
-		return s.findUplink(a0, a1, vipMeta(0, k.Proto, 0, k.Family))
-	}
-	return nil
+	return s.lookupIn(s.uplink, k, 0)
 }
 
 // LookupHint is Lookup(k) for a caller that may already hold the answer:
