@@ -3,6 +3,7 @@ package fleetlab
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"sync"
@@ -62,11 +63,7 @@ func (w *EchoWatch) read() {
 func (w *EchoWatch) Sources() map[netip.Addr]int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make(map[netip.Addr]int, len(w.srcs))
-	for a, k := range w.srcs {
-		out[a] = k
-	}
-	return out
+	return maps.Clone(w.srcs)
 }
 
 // Close stops the watch.

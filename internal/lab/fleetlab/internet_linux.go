@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"strings"
@@ -129,11 +130,7 @@ func (s *InternetServer) echo(pc net.PacketConn) {
 func (s *InternetServer) Sources() map[netip.Addr]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[netip.Addr]int, len(s.srcs))
-	for a, k := range s.srcs {
-		out[a] = k
-	}
-	return out
+	return maps.Clone(s.srcs)
 }
 
 // Open returns how many TCP connections are open now, and the most that
