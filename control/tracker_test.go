@@ -57,16 +57,9 @@ func TestTrackerParsesOnlyWhatItMust(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := NewTracker("doc", "etcd", slog.New(slog.DiscardHandler))
-			parses := 0
-			tr.SetParse(func(name string, data []byte) (*Document, error) {
-				parses++
-				return parse(name, data)
-			})
-			var applied []uint64
-			apply := func(d *Document) error { applied = append(applied, d.Version); return nil }
+			tr, parses, applied, apply := countingTracker()
 			for _, s := range tc.steps {
-				parses = 0
+				*parses = 0
 				ok, err := tr.Offer(s.text, Origin{Revision: s.rev}, apply)
 				assert.Equal(t, s.applied, ok, s.name)
 				if s.err != nil {
@@ -75,21 +68,21 @@ func TestTrackerParsesOnlyWhatItMust(t *testing.T) {
 					require.NoError(t, err, s.name)
 					assert.NoError(t, tr.Status().LastError, s.name)
 				}
-				assert.Equal(t, s.parses, parses, "%s: parses", s.name)
+				assert.Equal(t, s.parses, *parses, "%s: parses", s.name)
 				assert.Equal(t, s.marshalled, tr.appliedText != nil, "%s: marshalled", s.name)
 				assert.Equal(t, s.version, tr.Status().Version, s.name)
 			}
-			assert.Equal(t, []uint64{1, 2}, applied)
+			assert.Equal(t, []uint64{1, 2}, *applied)
 			assert.Equal(t, tc.name == "file", tr.appliedHashed, "hashed only without a store revision")
 			last := tc.steps[len(tc.steps)-1]
 			assert.Equal(t, last.rev, tr.Status().Revision)
 
 			// SetParse(nil) is the package's parser again.
 			tr.SetParse(nil)
-			parses = 0
+			*parses = 0
 			_, err := tr.Offer([]byte("version: 3\nbogus: 1\n"), Origin{Revision: last.rev + 1}, apply)
 			assert.True(t, errors.Is(err, ErrInvalid))
-			assert.Zero(t, parses)
+			assert.Zero(t, *parses)
 		})
 	}
 }
@@ -161,21 +154,14 @@ func TestTrackerAdvance(t *testing.T) {
 		{name: "the first text at an older revision", text: docV(1, ""), rev: 10, err: ErrStaleVersion, version: 3},
 		{name: "a newer text", text: docV(4, ""), rev: 16, applied: true, version: 4},
 	}
-	tr := NewTracker("doc", "etcd", slog.New(slog.DiscardHandler))
-	parses := 0
-	tr.SetParse(func(name string, data []byte) (*Document, error) {
-		parses++
-		return parse(name, data)
-	})
-	var applied []uint64
-	apply := func(d *Document) error { applied = append(applied, d.Version); return nil }
+	tr, parses, applied, apply := countingTracker()
 	for _, s := range steps {
 		var ok bool
 		var err error
 		if s.advance != 0 {
-			before := parses
+			before := *parses
 			ok, err = tr.Advance(s.advance, Origin{Revision: s.rev})
-			assert.Equal(t, before, parses, "%s: Advance parsed", s.name)
+			assert.Equal(t, before, *parses, "%s: Advance parsed", s.name)
 		} else {
 			ok, err = tr.Offer(s.text, Origin{Revision: s.rev}, apply)
 		}
@@ -193,9 +179,21 @@ func TestTrackerAdvance(t *testing.T) {
 			assert.Equal(t, s.version, d.Version, "%s: Document's version", s.name)
 		}
 	}
-	assert.Equal(t, []uint64{1, 4}, applied, "Advance calls no apply")
+	assert.Equal(t, []uint64{1, 4}, *applied, "Advance calls no apply")
 	assert.EqualValues(t, 3, tr.Status().Applied, "applies counted: 1, advanced to 3, 4")
 }
 
 // errNoRunning marks a step whose Advance finds no running document.
 var errNoRunning = errors.New("no running document")
+
+// countingTracker returns a Tracker that counts its parses, with an
+// apply function that records the versions it applies.
+func countingTracker() (tr *Tracker, parses *int, applied *[]uint64, apply func(*Document) error) {
+	tr = NewTracker("doc", "etcd", slog.New(slog.DiscardHandler))
+	parses, applied = new(int), new([]uint64)
+	tr.SetParse(func(name string, data []byte) (*Document, error) {
+		*parses++
+		return parse(name, data)
+	})
+	return tr, parses, applied, func(d *Document) error { *applied = append(*applied, d.Version); return nil }
+}
