@@ -41,10 +41,10 @@ func (d *Document) MarshalVIPs(vip func(i int) []byte) ([]byte, error) {
 	if err := encodeTo(&buf, head); err != nil {
 		return nil, err
 	}
-	// The backends of the VIPs whose text is given, encoded at once (an
-	// encoder per VIP was most of a view's cost): one item per VIP,
-	// "- backends:" and its list, which become "  backends:" after the
-	// VIP's text.
+	// Each VIP's text without backends (given, else encoded), and the
+	// backends of them all encoded at once (an encoder per VIP was most
+	// of a view's cost): one item per VIP, "- backends:" and its list,
+	// which become "  backends:" after the VIP's text.
 	texts := make([][]byte, len(d.VIPs))
 	backends := sequence()
 	for i := range d.VIPs {
@@ -52,7 +52,15 @@ func (d *Document) MarshalVIPs(vip func(i int) []byte) ([]byte, error) {
 		if v.InboundNAT != "" {
 			continue
 		}
-		if texts[i] = vip(i); texts[i] != nil && len(v.Backends) > 0 {
+		if texts[i] = vip(i); texts[i] == nil {
+			bare := *v
+			bare.Backends = nil
+			var err error
+			if texts[i], err = MarshalVIP(&bare); err != nil {
+				return nil, err
+			}
+		}
+		if len(v.Backends) > 0 {
 			backends.Content = append(backends.Content, mappingOf("backends", marshalBackends(v.Backends)))
 		}
 	}
@@ -83,16 +91,7 @@ func (d *Document) MarshalVIPs(vip func(i int) []byte) ([]byte, error) {
 			buf.WriteString("vips:\n")
 			listed = true
 		}
-		t := texts[i]
-		if t == nil {
-			var err error
-			if t, err = MarshalVIP(v); err != nil {
-				return nil, err
-			}
-			buf.Write(t)
-			continue
-		}
-		buf.Write(t)
+		buf.Write(texts[i])
 		if len(v.Backends) > 0 {
 			buf.Write(items[0]) // the item's last key, indented as its keys are
 			items = items[1:]
