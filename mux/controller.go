@@ -209,11 +209,7 @@ func (c *Controller) Apply(doc *control.Document) error {
 		}
 	}
 	var diff PlanDiff
-	if c.plan != nil {
-		c.plan.diffVIPs(plan, &diff)
-	} else {
-		(&Plan{}).diffVIPs(plan, &diff)
-	}
+	c.plan.diffVIPs(plan, &diff)
 	c.sources, c.returns = sources, returns
 	c.logRefusals(doc.Version, refusals)
 	c.publish(snap, doc)

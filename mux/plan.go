@@ -236,8 +236,12 @@ func (p *Plan) Diff(q *Plan) PlanDiff {
 }
 
 // diffVIPs fills d's VIP fields (AddedVIPs, RemovedVIPs, ChangedVIPs,
-// Tables): what Controller.Apply logs, without the rest of Diff.
+// Tables): what Controller.Apply logs, without the rest of Diff. p may
+// be nil (nothing running).
 func (p *Plan) diffVIPs(q *Plan, d *PlanDiff) {
+	if p == nil {
+		p = &Plan{}
+	}
 	old := make(map[string]*control.VIP, len(p.VIPs))
 	for i := range p.VIPs {
 		old[p.VIPs[i].Name] = &p.VIPs[i]
