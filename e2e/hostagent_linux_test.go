@@ -117,9 +117,19 @@ func TestHostAgentEndToEnd(t *testing.T) {
 			return err == nil && m[`xdplb_backend_up{backend="vm-a",vip="web"}`] == 1 &&
 				m[`xdplb_backend_up{backend="vm-b",vip="web"}`] == 1
 		})
-		m := hostMetrics()
-		infra := m[`xdplb_steer_packets_total{interface="vm_a",outcome="infra"}`] +
-			m[`xdplb_steer_packets_total{interface="vm_b",outcome="infra"}`]
+		// The Mux's first probes may have been answered before the VM
+		// ports' steering programs were attached (the backends are up
+		// either way): wait for an answer that crossed them. Probes come
+		// every 2 s; a steering program that does not pass them keeps
+		// this at 0 and fails the test.
+		var m map[string]float64
+		var infra float64
+		waitFor(t, "probe answers matched a DIP rule and passed for the infrastructure prefix", 30*time.Second, func() bool {
+			m = hostMetrics()
+			infra = m[`xdplb_steer_packets_total{interface="vm_a",outcome="infra"}`] +
+				m[`xdplb_steer_packets_total{interface="vm_b",outcome="infra"}`]
+			return infra > 0
+		})
 		t.Logf("steering: %v", nonZero(m, "xdplb_steer_packets_total"))
 		require.Positive(t, infra, "probe answers matched a DIP rule and were passed for the infrastructure prefix")
 		t.Logf("probe answers passed to the kernel by the VM ports' steering: %v", infra)
