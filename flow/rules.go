@@ -307,12 +307,29 @@ var emptySnapshot = &Snapshot{}
 // building one; prev may be nil. On error nothing is built. To change only
 // some rules' backend states (health), Snapshot.ReplaceRules is cheaper.
 func NewSnapshot(version uint64, rules []Rule, prev *Snapshot) (*Snapshot, error) {
+	return NewSnapshotAddrs(version, rules, nil, prev)
+}
+
+// NewSnapshotAddrs is NewSnapshot for a node whose rules are some of the
+// fleet's VIPs but whose source filters must know them all: HasVIPAddr
+// also answers true for each of addrs, the addresses of VIPs the node
+// has no rule for (a Host Agent's rules are the VIPs its VMs serve; its
+// client filters drop packets from any VIP). Nothing else sees addrs:
+// Lookup, IsVIPAddr, VIPAddrVNI and SingleVNI answer for the rules only.
+// An address may also be a rule's, or be given twice. An invalid address
+// is an error.
+func NewSnapshotAddrs(version uint64, rules []Rule, addrs []netip.Addr, prev *Snapshot) (*Snapshot, error) {
 	s := &Snapshot{Version: version}
-	if len(rules) == 0 {
+	for _, a := range addrs {
+		if !a.IsValid() {
+			return nil, fmt.Errorf("%w: an invalid VIP address among %d", ErrInvalidRule, len(addrs))
+		}
+	}
+	if len(rules) == 0 && len(addrs) == 0 {
 		return s, nil
 	}
-	if uint64(len(rules)) > 1<<31 {
-		return nil, fmt.Errorf("%w: %d rules", ErrInvalidRule, len(rules))
+	if uint64(len(rules))+uint64(len(addrs)) > 1<<31 {
+		return nil, fmt.Errorf("%w: %d rules and %d addresses", ErrInvalidRule, len(rules), len(addrs))
 	}
 	store := make([]Rule, len(rules))
 	s.rules = make([]*Rule, len(rules))
@@ -322,9 +339,13 @@ func NewSnapshot(version uint64, rules []Rule, prev *Snapshot) (*Snapshot, error
 	}
 	s.index = make([]vipSlot, size)
 	s.mask = uint64(size - 1)
-	s.anyVIP = make([]addrSlot, size)
-	s.anyVIPMask = uint64(size - 1)
-	s.sizeVIPBits(len(rules))
+	asize := 8
+	for asize < 2*(len(rules)+len(addrs)) {
+		asize *= 2
+	}
+	s.anyVIP = make([]addrSlot, asize)
+	s.anyVIPMask = uint64(asize - 1)
+	s.sizeVIPBits(len(rules) + len(addrs))
 	for i := range rules {
 		r := &store[i]
 		*r = rules[i]
@@ -365,6 +386,9 @@ func NewSnapshot(version uint64, rules []Rule, prev *Snapshot) (*Snapshot, error
 			s.oneVNIOK = false
 		}
 		s.rules[i] = r
+	}
+	for _, a := range addrs {
+		s.addOtherVIP(a)
 	}
 	s.buildUplink()
 	s.assignIDs(prev)

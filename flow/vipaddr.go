@@ -3,17 +3,19 @@ package flow
 import (
 	"encoding/binary"
 	"math/bits"
+	"net/netip"
 )
 
 // addrSlot is one entry of a snapshot's set of VIP addresses (anyVIP): an
 // address as Key holds it (two little-endian words and the family; family
 // 0 marks an empty slot) and the VNI of its rules, unless they are in
-// several (multi).
+// several (multi), or it is no rule's (other: NewSnapshotAddrs).
 type addrSlot struct {
 	a0, a1 uint64
 	vni    uint32
 	family uint8
 	multi  bool
+	other  bool
 }
 
 func addrHash(a0, a1 uint64, family uint8) uint64 {
@@ -90,7 +92,7 @@ func vipBitsHash(addr *[16]byte, shift uint8) uint64 {
 // called per packet: a Mux's uplink carries no VNI, and finds the tenant
 // of a packet by its destination.
 func (s *Snapshot) VIPAddrVNI(addr *[16]byte, family uint8) (vni uint32, ok bool) {
-	if e := s.findAddr(addr, family); e != nil && !e.multi {
+	if e := s.findAddr(addr, family); e != nil && !e.multi && !e.other {
 		return e.vni, true
 	}
 	return 0, false
@@ -104,6 +106,25 @@ func (s *Snapshot) SingleVNI() (vni uint32, ok bool) {
 		return 0, false
 	}
 	return s.oneVNI, true
+}
+
+// addOtherVIP adds a, the address of no rule of s (NewSnapshotAddrs), to
+// the anyVIP set, unless it is there (a rule's address, or given twice).
+func (s *Snapshot) addOtherVIP(a netip.Addr) {
+	var addr [16]byte
+	family := uint8(FamilyIPv6)
+	if a = a.Unmap(); a.Is4() {
+		a4 := a.As4()
+		copy(addr[:], a4[:])
+		family = FamilyIPv4
+	} else {
+		addr = a.As16()
+	}
+	if s.findAddr(&addr, family) != nil {
+		return
+	}
+	s.addAnyVIP(&addr, family, 0)
+	s.findAddr(&addr, family).other = true
 }
 
 // addAnyVIP adds an address of a rule in VNI vni to the anyVIP set (sized

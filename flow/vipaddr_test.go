@@ -141,3 +141,66 @@ func TestVIPAddrFilter(t *testing.T) {
 		})
 	}
 }
+
+// TestSnapshotAddrs: the addresses NewSnapshotAddrs is given beside the
+// rules are VIP addresses for HasVIPAddr (also after ReplaceRules, also
+// with no rule, many of them, one that is also a rule's or given twice),
+// and for nothing else: VIPAddrVNI, IsVIPAddr, Lookup and the uplink
+// lookup answer for the rules only, and SingleVNI is the rules'. An
+// invalid address is refused.
+func TestSnapshotAddrs(t *testing.T) {
+	key := func(a string) Key {
+		d := addr(a)
+		return KeyFrom(3, ProtoTCP, netip.AddrPortFrom(d, 1), netip.AddrPortFrom(d, 80))
+	}
+	var many []netip.Addr
+	for i := range 500 {
+		many = append(many, netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)}))
+	}
+	one := []Rule{rule("a", 3, ProtoTCP, "198.18.0.10:80", pool(1))}
+	tests := []struct {
+		name  string
+		rules []Rule
+		addrs []netip.Addr
+		in    []string // HasVIPAddr
+		out   []string // not
+	}{
+		{"no rule", nil, []netip.Addr{addr("198.18.0.20"), addr("2001:db8::20")}, []string{"198.18.0.20", "2001:db8::20"}, []string{"198.18.0.10", "2001:db8::21"}},
+		{"beside a rule", one, []netip.Addr{addr("198.18.0.20"), addr("::ffff:198.18.0.21"), addr("198.18.0.20"), addr("198.18.0.10")},
+			[]string{"198.18.0.10", "198.18.0.20", "198.18.0.21"}, []string{"198.18.0.22"}},
+		{"many", one, many, []string{"198.18.0.10", "198.19.0.0", "198.19.1.243"}, []string{"198.19.1.244", "198.18.0.11"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := NewSnapshotAddrs(1, tt.rules, tt.addrs, nil)
+			require.NoError(t, err)
+			snaps := []*Snapshot{s}
+			if len(tt.rules) > 0 {
+				r, err := s.ReplaceRules(2, tt.rules[:1])
+				require.NoError(t, err)
+				snaps = append(snaps, r)
+			}
+			for i, s := range snaps {
+				require.Equal(t, len(tt.rules), s.Len())
+				vni, single := s.SingleVNI()
+				require.Equal(t, fmt.Sprint(len(tt.rules) > 0, len(tt.rules) > 0), fmt.Sprint(single, vni == 3), "snapshot %d", i)
+				for _, a := range tt.in {
+					k := key(a)
+					require.True(t, s.HasVIPAddr(&k.Dst, k.Family), "snapshot %d: %s", i, a)
+					isRule := a == "198.18.0.10" && len(tt.rules) > 0
+					v, ok := s.VIPAddrVNI(&k.Dst, k.Family)
+					require.Equal(t, fmt.Sprint(isRule, isRule), fmt.Sprint(ok, v == 3), "snapshot %d: VIPAddrVNI(%s)", i, a)
+					require.Equal(t, isRule, s.IsVIPAddr(&k), "snapshot %d: IsVIPAddr(%s)", i, a)
+					require.Equal(t, isRule, s.Lookup(&k) != nil, "snapshot %d: Lookup(%s)", i, a)
+					require.Equal(t, isRule, s.LookupUplink(&k) != nil, "snapshot %d: LookupUplink(%s)", i, a)
+				}
+				for _, a := range tt.out {
+					k := key(a)
+					require.False(t, s.HasVIPAddr(&k.Dst, k.Family), "snapshot %d: %s", i, a)
+				}
+			}
+		})
+	}
+	_, err := NewSnapshotAddrs(1, one, []netip.Addr{{}}, nil)
+	require.ErrorIs(t, err, ErrInvalidRule)
+}
