@@ -77,6 +77,10 @@
 //	inbound_nat     none      one VIP port to one VM's port, over a range (below)
 //	outbound        none      VIP addresses VMs may use as their source (below)
 //	hosts           none      hosts and VMs, for Host Agents (below)
+//	vip_addresses   none      a Host Agent's view only (package fleet writes it): every VIP
+//	                          address of the fleet, for the client filters of a Host Agent
+//	                          whose vips are only those its VMs serve; unique; a Mux refuses
+//	                          a document with it
 //
 // bgp:
 //

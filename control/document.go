@@ -90,6 +90,13 @@ type Document struct {
 	Outbound []Outbound
 	// Hosts are the physical hosts and their VMs (for Host Agents).
 	Hosts []Host
+	// VIPAddresses are the addresses of every VIP of the fleet, in a
+	// Host Agent's view of a fleet document (package fleet), whose VIPs
+	// are only those its VMs serve: its client filters (src_vip) drop
+	// packets from these as from its VIPs' (flow.NewSnapshotAddrs). A
+	// fleet's document does not set it, and a Mux refuses a document that
+	// does (it is a Host Agent's view, not the fleet's VIPs).
+	VIPAddresses []netip.Addr
 }
 
 // Node identifies the node a document is for.

@@ -102,15 +102,32 @@ func TestHostAndVIPLookup(t *testing.T) {
 }
 
 func TestMarshalRoundTrip(t *testing.T) {
-	for _, name := range []string{"example", "base"} {
+	for _, name := range []string{"example", "base", "view"} {
 		t.Run(name, func(t *testing.T) {
 			var d *Document
-			if name == "example" {
+			switch name {
+			case "example":
 				d = loadExample(t)
-			} else {
+			case "base":
 				var err error
 				d, err = Parse([]byte(base))
 				require.NoError(t, err)
+			case "view":
+				var err error
+				d, err = Parse([]byte(base + "vip_addresses: [198.18.100.1, 2001:db8::1]\n"))
+				require.NoError(t, err)
+				require.Equal(t, []netip.Addr{netip.MustParseAddr("198.18.100.1"), netip.MustParseAddr("2001:db8::1")}, d.VIPAddresses)
+				// Marshal writes vip_addresses last, as MarshalVIPAddresses
+				// writes it alone.
+				bare := *d
+				bare.VIPAddresses = nil
+				text, err := bare.Marshal()
+				require.NoError(t, err)
+				tail, err := MarshalVIPAddresses(d.VIPAddresses)
+				require.NoError(t, err)
+				whole, err := d.Marshal()
+				require.NoError(t, err)
+				require.Equal(t, string(text)+string(tail), string(whole))
 			}
 			out, err := d.Marshal()
 			require.NoError(t, err)

@@ -105,6 +105,25 @@ func (d *Document) MarshalVIPs(vip func(i int) []byte) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// MarshalVIPAddresses writes the key vip_addresses with addrs (see
+// Document.VIPAddresses) as Marshal writes it: Marshal's text of a
+// document with VIPAddresses is that of the document without them
+// followed by this text (Marshal writes the key last), so a writer of
+// many views (package fleet) stores it once for them all.
+func MarshalVIPAddresses(addrs []netip.Addr) ([]byte, error) {
+	n := mapping()
+	add(n, "vip_addresses", vipAddressesNode(addrs))
+	return encode(n)
+}
+
+func vipAddressesNode(addrs []netip.Addr) *yaml.Node {
+	s := sequence()
+	for _, a := range addrs {
+		s.Content = append(s.Content, strNode(a.String()))
+	}
+	return s
+}
+
 // MarshalVIP writes v as MarshalVIPs writes an item of vips.
 func MarshalVIP(v *VIP) ([]byte, error) {
 	return encode(&yaml.Node{Kind: yaml.SequenceNode, Content: []*yaml.Node{marshalVIP(v)}})
@@ -227,6 +246,9 @@ func (d *Document) marshalNodes(withVIPs bool) (head, vips, tail *yaml.Node) {
 			s.Content = append(s.Content, hn)
 		}
 		add(root, "hosts", s)
+	}
+	if len(d.VIPAddresses) > 0 {
+		add(root, "vip_addresses", vipAddressesNode(d.VIPAddresses))
 	}
 	return head, vips, tail
 }

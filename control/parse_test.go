@@ -84,7 +84,7 @@ func TestParseErrors(t *testing.T) {
 		{"comments only", "# nothing here\n",
 			[]string{`1:1: empty document (want at least "version: 1")`}},
 		{"not a mapping", "- version: 1\n",
-			[]string{`1:1: want a mapping of version, written, hash_seed, maglev_min_table_size, node, infra_prefixes, mux_prefixes, bgp, nodes, vips, inbound_nat, outbound, hosts, checksum, got a list`}},
+			[]string{`1:1: want a mapping of version, written, hash_seed, maglev_min_table_size, node, infra_prefixes, mux_prefixes, bgp, nodes, vips, inbound_nat, outbound, hosts, vip_addresses, checksum, got a list`}},
 		{"yaml syntax", "version: 1\nvips: [\n",
 			[]string{`2: invalid YAML: did not find expected node content`}},
 		{"two documents", base + "---\nversion: 2\n",
@@ -114,7 +114,12 @@ func TestParseErrors(t *testing.T) {
 		{"unknown key typo hides missing", edit(t, "        address: 198.19.1.1", "        adress: 198.19.1.1"),
 			[]string{`9:9: vips[0].backends[0]: unknown key "adress" (did you mean "address"?)`}},
 		{"unknown key far", base + "colour: red\n",
-			[]string{`12:1: unknown key "colour" (want version, written, hash_seed, maglev_min_table_size, node, infra_prefixes, mux_prefixes, bgp, nodes, vips, inbound_nat, outbound, hosts, checksum)`}},
+			[]string{`12:1: unknown key "colour" (want version, written, hash_seed, maglev_min_table_size, node, infra_prefixes, mux_prefixes, bgp, nodes, vips, inbound_nat, outbound, hosts, vip_addresses, checksum)`}},
+		{"vip_addresses twice", base + "vip_addresses: [198.18.100.1, 198.18.100.2, 198.18.100.1]\n",
+			[]string{`12:45: vip_addresses[2]: address 198.18.100.1 is listed twice (first at vip_addresses[0], line 12)`}},
+		{"vip_addresses not an address", base + "vip_addresses:\n  - 198.18.100.0/24\n  - ff02::1\n",
+			[]string{`13:5: vip_addresses[0]: "198.18.100.0/24" is a prefix (want a VIP's address, IPv4 or IPv6, without /length)`,
+				`14:5: vip_addresses[1]: "ff02::1" is not a unicast address (want a VIP's address, IPv4 or IPv6)`}},
 		{"repeated key", edit(t, "    port: 80\n", "    port: 80\n    port: 81\n"),
 			[]string{`7:5: vips[0].port: repeated key (first at line 6)`}},
 		{"bad mac", edit(t, `"02:00:00:00:01:01"`, `"02:00:00:00:01"`),
@@ -405,7 +410,7 @@ vips:
 `
 	_, err := Parse([]byte(doc))
 	// Extension keys are not allowed at the top level either.
-	require.EqualError(t, err, `2:1: unknown key "x-probe" (want version, written, hash_seed, maglev_min_table_size, node, infra_prefixes, mux_prefixes, bgp, nodes, vips, inbound_nat, outbound, hosts, checksum)`)
+	require.EqualError(t, err, `2:1: unknown key "x-probe" (want version, written, hash_seed, maglev_min_table_size, node, infra_prefixes, mux_prefixes, bgp, nodes, vips, inbound_nat, outbound, hosts, vip_addresses, checksum)`)
 
 	doc = strings.Replace(doc, "x-probe: &probe {type: http, path: /ready}\n", "", 1)
 	doc = strings.Replace(doc, "    probe: *probe\n", "    probe: &probe {type: http, path: /ready}\n", 1)

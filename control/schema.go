@@ -13,7 +13,7 @@ import (
 
 // Known keys of each mapping, in the order Marshal writes them.
 var (
-	documentKeys = []string{"version", "written", "hash_seed", "maglev_min_table_size", "node", "infra_prefixes", "mux_prefixes", "bgp", "nodes", "vips", "inbound_nat", "outbound", "hosts", "checksum"}
+	documentKeys = []string{"version", "written", "hash_seed", "maglev_min_table_size", "node", "infra_prefixes", "mux_prefixes", "bgp", "nodes", "vips", "inbound_nat", "outbound", "hosts", "vip_addresses", "checksum"}
 	nodeKeys     = []string{"name"}
 	nodeCfgKeys  = []string{"bgp"}
 	nodeBGPKeys  = []string{"asn", "router_id", "listen_addresses", "next_hop", "next_hop6", "peers"}
@@ -162,7 +162,33 @@ func (d *decoder) document(root *yaml.Node) *Document {
 	d.checkVIPs(doc, metas)
 	doc.Outbound = d.outbound(o.val("outbound"), doc, hosts)
 	d.checkDIPs(doc, metas, hosts)
+	doc.VIPAddresses = d.vipAddresses(o.val("vip_addresses"))
 	return doc
+}
+
+// vipAddresses decodes vip_addresses: unicast addresses without a zone,
+// each once.
+func (d *decoder) vipAddresses(n *yaml.Node) []netip.Addr {
+	const path, want = "vip_addresses", "a VIP's address, IPv4 or IPv6"
+	var as []netip.Addr
+	seen := map[netip.Addr]site{}
+	for i, an := range d.list(n, path, "addresses") {
+		p := index(path, i)
+		if an = d.deref(an); an == nil {
+			break
+		}
+		a, ok := d.addr(an, p, want, 0, false)
+		if !ok {
+			continue
+		}
+		if first, dup := seen[a]; dup {
+			d.errorf(an, p, "address %v is listed twice (first at %v)", a, first)
+			continue
+		}
+		seen[a] = site{p, an}
+		as = append(as, a)
+	}
+	return as
 }
 
 func (d *decoder) time(n *yaml.Node, path string) (time.Time, bool) {

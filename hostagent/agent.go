@@ -371,7 +371,9 @@ func (a *Agent) apply(doc *control.Document) error {
 	if prev == nil {
 		prev = a.rules.Load()
 	}
-	snap, err := flow.NewSnapshot(doc.Version, doc.Rules(nil), prev)
+	// The client filters drop every VIP of the fleet: a view's (package
+	// fleet) VIPs are this host's, VIPAddresses all of them.
+	snap, err := flow.NewSnapshotAddrs(doc.Version, doc.Rules(nil), doc.VIPAddresses, prev)
 	if err != nil {
 		a.mu.Unlock()
 		return fmt.Errorf("hostagent: version %d: %w", doc.Version, err)

@@ -257,8 +257,11 @@ func TestPipelinesNoAllocs(t *testing.T) {
 // TestPipelinesGuard: the Host Agent drops a request from a spoofed client
 // (a VIP, a martian) and VXLAN from anyone but the Muxes (mux_prefixes),
 // each with its reason; it drops a reply to a VIP, and routes replies: a
-// TTL of 1 is dropped, one of 2 leaves with 1.
+// TTL of 1 is dropped, one of 2 leaves with 1. The VIPs are its own and
+// those its document lists by address only (vip_addresses: a fleet
+// view's VIPs are the host's, the fleet's other VIPs are addresses).
 func TestPipelinesGuard(t *testing.T) {
+	otherVIP := netip.MustParseAddrPort("198.18.77.7:80")
 	macA := net.HardwareAddr{2, 0, 0, 0, 4, 1}
 	dipA := netip.MustParseAddrPort("198.18.4.1:8080")
 	clientMAC := net.HardwareAddr{2, 0, 0, 0, 0xee, 1}
@@ -279,6 +282,7 @@ func TestPipelinesGuard(t *testing.T) {
 	}{
 		{"a client through the Mux", UplinkPort, wrapVXLAN(t, inner(pipeClient), nil), "tx:1"},
 		{"VIP to itself", UplinkPort, wrapVXLAN(t, inner(pipeVIP), nil), "src_vip"},
+		{"another VIP to this one", UplinkPort, wrapVXLAN(t, inner(otherVIP), nil), "src_vip"},
 		{"from loopback", UplinkPort, wrapVXLAN(t, inner(netip.MustParseAddrPort("127.0.0.1:1")), nil), "src_martian"},
 		{"from this network", UplinkPort, wrapVXLAN(t, inner(netip.MustParseAddrPort("0.0.0.1:1")), nil), "src_martian"},
 		{"VXLAN sent by a client", UplinkPort, wrapVXLAN(t, inner(pipeClient), fromClient), "bad_tunnel_source"},
@@ -286,10 +290,11 @@ func TestPipelinesGuard(t *testing.T) {
 		{"a reply with TTL 2", 1, reply(pipeClient, 2), "tx:0"},
 		{"a reply with TTL 1", 1, reply(pipeClient, 1), "ttl_exceeded"},
 		{"a reply to the VIP", 1, reply(pipeVIP, 64), "src_vip"},
+		{"a reply to another VIP", 1, reply(otherVIP, 64), "src_vip"},
 		{"a reply to broadcast", 1, reply(netip.MustParseAddrPort("255.255.255.255:1"), 64), "src_martian"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newPipeRig(t, true)
+			r := newPipeRigDoc(t, pipeDoc+"vip_addresses: ["+otherVIP.Addr().String()+"]\n", true)
 			if tc.port != UplinkPort {
 				// The client's SYN first: the reply is a DSR reply.
 				r.ports[UplinkPort].Inject(wrapVXLAN(t, inner(pipeClient), nil))

@@ -86,8 +86,14 @@ type OutboundPlan struct {
 // NewPlan returns the plan of doc for the Mux named node ("" for a
 // per-node document, which names no other node). It refuses a document
 // that puts one VIP address into two VNIs (a Mux's uplink could not tell
-// them apart), and a fleet document that does not list node.
+// them apart), a fleet document that does not list node, and a Host
+// Agent's view (one with VIPAddresses: its VIPs are a host's, not the
+// fleet's).
 func NewPlan(doc *control.Document, node string) (*Plan, error) {
+	if len(doc.VIPAddresses) > 0 {
+		return nil, fmt.Errorf("version %d has vip_addresses: it is a Host Agent's view of the fleet's document "+
+			"(its vips are only those one host serves), not the fleet's document a Mux runs", doc.Version)
+	}
 	doc, err := doc.ForNode(node)
 	if err != nil {
 		return nil, err

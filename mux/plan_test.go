@@ -143,6 +143,18 @@ func TestPlanRefusesVNIConflict(t *testing.T) {
 	assert.True(t, strings.Contains(err.Error(), doc.VIPs[0].Name) && strings.Contains(err.Error(), "other"), err.Error())
 }
 
+// TestPlanRefusesView: a Host Agent's view (it has vip_addresses) is not
+// a Mux's document.
+func TestPlanRefusesView(t *testing.T) {
+	doc := exampleDoc(t)
+	_, err := NewPlan(doc, "")
+	require.NoError(t, err)
+	view := *doc
+	view.VIPAddresses = []netip.Addr{doc.VIPs[0].Address}
+	_, err = NewPlan(&view, "")
+	require.ErrorContains(t, err, "Host Agent's view")
+}
+
 // TestPlanForNode: one fleet document gives each Mux its own BGP speaker
 // and the same everything else; a name the document does not list is
 // refused.
