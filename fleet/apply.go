@@ -201,6 +201,7 @@ type applyState struct {
 	commitRev  int64  // views.commit's ModRevision, 0 when none
 	viewRevs   map[string]int64
 	sums       map[string]*mvccpb.KeyValue
+	vips       *mvccpb.KeyValue // views.vips, nil when none
 	claimed    bool
 	claimValue []byte
 }
@@ -212,7 +213,7 @@ func (a *applier) read(ctx context.Context) (applyState, error) {
 	err := retryUnavailable(ctx, func() error {
 		resp, err := a.c.Txn(ctx).Then(clientv3.OpGet(k.document()), clientv3.OpGet(k.commit()),
 			clientv3.OpGet(k.viewsCommit()), clientv3.OpGet(k.views(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-			clientv3.OpGet(k.sums(), clientv3.WithPrefix()), clientv3.OpGet(k.claim())).Commit()
+			clientv3.OpGet(k.sums(), clientv3.WithPrefix()), clientv3.OpGet(k.claim()), clientv3.OpGet(k.viewsVIPs())).Commit()
 		if err != nil {
 			return err
 		}
@@ -236,6 +237,9 @@ func (a *applier) read(ctx context.Context) (applyState, error) {
 		}
 		if kvs := r(5); len(kvs) > 0 {
 			st.claimed, st.claimValue = true, kvs[0].Value
+		}
+		if kvs := r(6); len(kvs) > 0 {
+			st.vips = kvs[0]
 		}
 		// The stored version: its commit record's, written with it by
 		// Apply, which spares parsing a large document; else the parse.
@@ -304,6 +308,27 @@ func (a *applier) viewOps(cur applyState) (ops [][]clientv3.Op, sizes []int, err
 		}
 		ops = append(ops, []clientv3.Op{clientv3.OpPut(k.view(h), string(c.text)), clientv3.OpPut(k.sum(h), c.sum)})
 		sizes = append(sizes, len(c.text)+len(c.sum)+2*len(k.view(h)))
+	}
+	// Every view's last key, vip_addresses, stored once: written when it
+	// changed (or was written since the last commit), deleted when the
+	// document has no VIP.
+	addrs, err := a.views.addrsText()
+	if err != nil {
+		return nil, nil, fmt.Errorf("fleet: views' VIP addresses: %w", err)
+	}
+	switch old := cur.vips; {
+	case addrs == nil && old != nil:
+		ops = append(ops, []clientv3.Op{clientv3.OpDelete(k.viewsVIPs())})
+		sizes = append(sizes, len(k.viewsVIPs()))
+	case addrs != nil:
+		if old != nil && trusted && old.ModRevision <= cur.commitRev {
+			if text, err := unpackView(old.Value); err == nil && bytes.Equal(text, addrs) {
+				break
+			}
+		}
+		packed := packView(addrs)
+		ops = append(ops, []clientv3.Op{clientv3.OpPut(k.viewsVIPs(), string(packed))})
+		sizes = append(sizes, len(packed)+len(k.viewsVIPs()))
 	}
 	// Views (and sums) of hosts the document no longer lists, and those
 	// a failed apply left.

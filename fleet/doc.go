@@ -14,11 +14,12 @@
 // (control.Tracker). A Mux reads the whole document (but neither parses
 // nor applies a version whose commit record says only the version
 // changed: its content sum is the running one's); a Host Agent reads
-// only its host's view of it (HostView: its VMs, every VIP with only its
-// own backends, the outbound sections and inbound NAT rules it needs, as
-// a document its parser accepts), which Apply writes beside the document
-// for every host — a few kilobytes per host instead of the whole
-// document per host. A node never goes backwards: a document of a lower
+// only its host's view of it (HostView: its VMs, the VIPs they serve with
+// only its own backends, every VIP's address for its client filters, the
+// outbound sections and inbound NAT rules it needs, as a document its
+// parser accepts), which Apply writes beside the document for every
+// host — a few kilobytes per host instead of the whole document per
+// host, and a VIP added rewrites only its backends' hosts' views. A node never goes backwards: a document of a lower
 // version, or of an older etcd revision than the running one (a store
 // restored from an old backup), is refused and reported. A node that
 // loses etcd keeps forwarding on its last applied version — the data path
@@ -39,6 +40,7 @@
 //	document.commit     JSON: version, committed_at, by, sum (the text's, version line left out) — written in the same transaction
 //	views/<host>        YAML, gzip-compressed: the host's view of the document (HostView), of the version that last changed it
 //	views.sums/<host>   the view's sum (its version left out), written with it, read by Apply only
+//	views.vips          YAML, gzip-compressed: every view's last key, vip_addresses (every VIP's address), stored once
 //	views.commit        JSON, like document.commit — written in the document's transaction, after the views
 //	apply.claim         JSON: who applies, under the applier's lease, while views go in several transactions
 //	status/<role>/<name> JSON NodeStatus, under the node's lease
@@ -66,8 +68,13 @@
 // views.commit; on each commit it reads its view as of the commit's
 // revision (views written since belong to an apply under way, or to one
 // that died half way, which the next apply writes over), so it never
-// runs half of a set. A view the commit left as it was is neither read
-// nor parsed again: the Source compares its revision in the transaction
+// runs half of a set. The Source reads its view followed by views.vips:
+// every view ends with the same list of VIP addresses, which Apply stores
+// once, so that a VIP added or removed rewrites that key and the views of
+// the VIP's backends' hosts, not every view; a host whose view was not
+// rewritten runs it with the new addresses, as the commit's version. A
+// view and addresses the commit left as they were are neither read nor
+// parsed again: the Source compares their revisions in the transaction
 // that reads the commit, and advances the running view to the commit's
 // version (control.Tracker.Advance), so the host reports the fleet's
 // version. Versions stay monotonic: a commit of a lower version, or an

@@ -46,14 +46,16 @@ func (k keys) statuses() string { return k.prefix + "status/" }
 
 // The per-host views (view.go, apply.go): views/<host> is a host's view
 // of the document, views.sums/<host> its sum (written with it, read by
-// Apply only), views.commit the commit record of the set (written last,
-// with the document), apply.claim the claim of an apply writing views in
-// several transactions (under the applier's lease).
+// Apply only), views.vips every view's last key, vip_addresses (the same
+// in every view: stored once), views.commit the commit record of the set
+// (written last, with the document), apply.claim the claim of an apply
+// writing views in several transactions (under the applier's lease).
 func (k keys) views() string           { return k.prefix + "views/" }
 func (k keys) view(host string) string { return k.views() + host }
 func (k keys) sums() string            { return k.prefix + "views.sums/" }
 func (k keys) sum(host string) string  { return k.sums() + host }
 func (k keys) viewsCommit() string     { return k.prefix + "views.commit" }
+func (k keys) viewsVIPs() string       { return k.prefix + "views.vips" }
 func (k keys) claim() string           { return k.prefix + "apply.claim" }
 func (k keys) status(role, name string) string {
 	return k.statuses() + role + "/" + name

@@ -17,8 +17,9 @@ type scaleShape struct {
 	// then parses and applies it, and one host's view changes.
 	Change bool
 	// AddVIP makes each version v add a VIP (x2 … xv, each with one DIP
-	// of another VIP as its backend): a fleet-wide change, since every
-	// host's view lists every VIP.
+	// of another VIP as its backend): a fleet-wide change (every host's
+	// client filters must drop the new address), which rewrites the VIP
+	// addresses every view shares and one host's view.
 	AddVIP bool
 }
 

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -62,11 +64,12 @@ type Source struct {
 	running atomic.Bool
 	onOffer func()
 	host    string // a Host Agent's host: follow its view
-	// viewRev is the ModRevision of the view the Tracker runs; sum the
-	// content sum of the document it runs, from its commit record, ""
-	// when unknown (Run's goroutine only).
-	viewRev int64
-	sum     string
+	// viewRev and vipsRev are the ModRevisions of the view and of
+	// views.vips (0: none) the Tracker runs; sum the content sum of the
+	// document it runs, from its commit record, "" when unknown (Run's
+	// goroutine only).
+	viewRev, vipsRev int64
+	sum              string
 }
 
 var _ control.Source = (*Source)(nil)
@@ -278,8 +281,9 @@ func (s *Source) watch(ctx context.Context, rev int64, apply func(*control.Docum
 	}
 }
 
-// readView reads the views' commit record and the host's view, and
-// offers the view as it was at the commit's revision (or advances the
+// readView reads the views' commit record, the host's view and views.vips
+// (every view's last key, stored once), and offers the view followed by
+// it as they were at the commit's revision (or advances the
 // running one to the commit's version when its view did not change). It
 // returns the store's revision, whether a commit is there, and an error if
 // etcd did not answer.
@@ -290,16 +294,17 @@ func (s *Source) watch(ctx context.Context, rev int64, apply func(*control.Docum
 // on every commit). A member behind min (the client may ask another
 // member than its watch's) is read again linearizably.
 func (s *Source) readView(ctx context.Context, apply func(*control.Document) error, min int64) (int64, bool, error) {
-	view := s.k.view(s.host)
+	view, vips := s.k.view(s.host), s.k.viewsVIPs()
 	var opts []clientv3.OpOption
 	if min > 0 {
 		opts = append(opts, clientv3.WithSerializable())
 	}
-	// When the running view is still there, only the commit record
-	// comes back.
-	resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(view), "=", s.viewRev)).
+	// When the running view and VIP addresses are still there, only the
+	// commit record comes back.
+	resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(view), "=", s.viewRev),
+		clientv3.Compare(clientv3.ModRevision(vips), "=", s.vipsRev)).
 		Then(clientv3.OpGet(s.k.viewsCommit(), opts...)).
-		Else(clientv3.OpGet(s.k.viewsCommit(), opts...), clientv3.OpGet(view, opts...)).Commit()
+		Else(clientv3.OpGet(s.k.viewsCommit(), opts...), clientv3.OpGet(view, opts...), clientv3.OpGet(vips, opts...)).Commit()
 	if err != nil {
 		return 0, false, err
 	}
@@ -318,22 +323,18 @@ func (s *Source) readView(ctx context.Context, apply func(*control.Document) err
 			s.onOffer()
 		}
 	}()
-	var kv *mvccpb.KeyValue
+	var kv, vkv *mvccpb.KeyValue // the view, views.vips
 	if !resp.Succeeded {
-		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-			kv = kvs[0]
-		}
-		if kv != nil && kv.ModRevision > o.Revision {
+		kv, vkv = firstKV(resp.Responses[1]), firstKV(resp.Responses[2])
+		if kv != nil && kv.ModRevision > o.Revision || vkv != nil && vkv.ModRevision > o.Revision {
 			// Written since the commit: an apply under way (or one
-			// that failed). The view as committed:
-			at, err := s.c.Get(ctx, view, append(opts, clientv3.WithRev(o.Revision))...)
+			// that failed). Both as committed:
+			at, err := s.c.Txn(ctx).Then(clientv3.OpGet(view, append(opts, clientv3.WithRev(o.Revision))...),
+				clientv3.OpGet(vips, append(opts, clientv3.WithRev(o.Revision))...)).Commit()
 			if err != nil {
 				return 0, false, err
 			}
-			kv = nil
-			if len(at.Kvs) > 0 {
-				kv = at.Kvs[0]
-			}
+			kv, vkv = firstKV(at.Responses[0]), firstKV(at.Responses[1])
 		}
 	}
 	switch {
@@ -341,25 +342,67 @@ func (s *Source) readView(ctx context.Context, apply func(*control.Document) err
 		s.t.Refuse(fmt.Errorf("%w: version %d has no view under %s: is %q this host's name in hosts[]?",
 			ErrNoView, cm.Version, view, s.host), control.ReasonInvalid)
 		return rev, true, nil
-	case kv == nil || kv.ModRevision == s.viewRev:
+	case resp.Succeeded, kv.ModRevision == s.viewRev && modRevOf(vkv) == s.vipsRev:
 		// The running view is the committed one.
 		s.t.Advance(cm.Version, o)
 		return rev, true, nil
 	}
 	text, err := unpackView(kv.Value)
+	if err == nil && vkv != nil {
+		// The view's last key, the same in every view, stored once.
+		var addrs []byte
+		if addrs, err = unpackView(vkv.Value); err == nil {
+			if len(text) > 0 && text[len(text)-1] != '\n' {
+				text = append(text, '\n')
+			}
+			text = append(text, addrs...)
+		}
+	}
 	if err != nil {
 		s.t.Refuse(fmt.Errorf("version %d: %s: %w", cm.Version, view, err), control.ReasonInvalid)
 		return rev, true, nil
 	}
+	// A view written by an earlier version than the commit's, read with
+	// addresses the commit changed, is the commit's version of the view.
+	text = withVersion(text, cm.Version)
 	if _, err := s.t.Offer(text, o, apply); err != nil {
 		return rev, true, nil // refused, recorded: the next commit tries again
 	}
-	s.viewRev = kv.ModRevision
+	s.viewRev, s.vipsRev = kv.ModRevision, modRevOf(vkv)
 	if s.t.Status().Version < cm.Version {
 		// The view was written by an earlier version than the commit's.
 		s.t.Advance(cm.Version, o)
 	}
 	return rev, true, nil
+}
+
+// withVersion returns text with its first line, when it is a version
+// line (Marshal writes it first) of a version below v, saying v.
+func withVersion(text []byte, v uint64) []byte {
+	line, rest, _ := bytes.Cut(text, []byte{'\n'})
+	if old, ok := versionLine(line); !ok || old >= v {
+		return text
+	}
+	out := make([]byte, 0, len(text)+8)
+	out = fmt.Appendf(out, "version: %d\n", v)
+	return append(out, rest...)
+}
+
+// firstKV is a range response's first key, nil when none.
+func firstKV(r *etcdserverpb.ResponseOp) *mvccpb.KeyValue {
+	if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
+		return kvs[0]
+	}
+	return nil
+}
+
+// modRevOf is kv's ModRevision, 0 for none (what a Compare of a missing
+// key's ModRevision sees).
+func modRevOf(kv *mvccpb.KeyValue) int64 {
+	if kv == nil {
+		return 0
+	}
+	return kv.ModRevision
 }
 
 // events offers the newest document put among evs (one transaction's

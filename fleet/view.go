@@ -27,10 +27,16 @@ var ErrNoView = errors.New("fleet: no view for the host")
 //   - the fleet-wide settings a Host Agent uses: version, written,
 //     hash_seed, maglev_min_table_size, infra_prefixes, mux_prefixes
 //     (not bgp nor nodes: those are the Muxes');
-//   - every VIP, with only the backends that are VMs of the host (same
-//     VNI and address): the Host Agent translates for its own DIPs, and
-//     its client filters need every VIP's address (a VIP whose backends
-//     are all elsewhere is kept with none);
+//   - the VIPs with a backend that is a VM of the host (same VNI and
+//     address), each with only those backends: the Host Agent translates
+//     for its own DIPs;
+//   - every VIP's address, in VIPAddresses (sorted, each once): the Host
+//     Agent's client filters drop packets from any VIP of the fleet.
+//     Every view lists the same addresses, so Apply stores them once,
+//     under views.vips, and a Host Agent's Source reads its view followed
+//     by them (the text Marshal writes: vip_addresses is its last key). A
+//     VIP added thus rewrites the views of its backends' hosts only, and
+//     the others parse their small views again, not a view of every VIP;
 //   - every inbound NAT rule, whole (its targets' hosts entries are
 //     needed to parse it, and its address is a VIP's);
 //   - every outbound section listing a DIP of the host, whole (the
@@ -41,7 +47,9 @@ var ErrNoView = errors.New("fleet: no view for the host")
 // The result shares nothing mutable with doc; like a parsed document it
 // must not be modified. For every host, hostagent.NewPlan(view, host)
 // gives the plan NewPlan(doc, host) gives, OutboundDIPs(view, host) what
-// OutboundDIPs(doc, host) gives, and the VIP addresses are doc's.
+// OutboundDIPs(doc, host) gives, the rules of VIPs with the host's
+// backends are doc's with only those backends, and the VIP addresses
+// (its VIPs' and VIPAddresses) are doc's.
 func HostView(doc *control.Document, host string) (*control.Document, error) {
 	hi := slices.IndexFunc(doc.Hosts, func(h control.Host) bool { return h.Name == host })
 	if hi < 0 {
@@ -60,20 +68,29 @@ type vniAddr struct {
 // without marshalling them.
 type views struct {
 	doc *control.Document
-	// shared is what every view holds: the fleet-wide settings, every VIP
-	// without its backends (an inbound NAT rule's VIP with its one), the
-	// inbound NAT rules; Version 0.
+	// shared is what every view holds: the fleet-wide settings, the
+	// inbound NAT rules and their VIPs (each with its one backend);
+	// Version 0.
 	shared    control.Document
 	sharedSum [sha256.Size]byte
+	// addrs is every VIP's address, sorted, each once: every view's
+	// VIPAddresses.
+	addrs []netip.Addr
 	// Per host (an index into doc.Hosts): its backends, as (VIP,
-	// backend) indexes in document order; the outbound sections listing
-	// one of its DIPs.
+	// backend) indexes in document order; the VIPs they serve (indexes
+	// into doc.VIPs, in order); the outbound sections listing one of its
+	// DIPs.
 	backends [][][2]int
+	vips     [][]int
 	outbound [][]int
 	owner    map[vniAddr]int // a VM's host
 	natVMs   map[vniAddr]bool
-	// vipText is each shared VIP's text (control.MarshalVIP), made once
-	// by text.
+	// bare is each VIP but an inbound NAT rule's without its backends,
+	// and bareSum its digest (sum).
+	bare    []control.VIP
+	bareSum [][sha256.Size]byte
+	// vipText is each VIP's text without backends (control.MarshalVIP),
+	// made once by text.
 	vipTextOnce sync.Once
 	vipText     [][]byte
 	vipTextErr  error
@@ -81,7 +98,8 @@ type views struct {
 
 func newViews(doc *control.Document) *views {
 	vs := &views{doc: doc, owner: map[vniAddr]int{}, natVMs: map[vniAddr]bool{},
-		backends: make([][][2]int, len(doc.Hosts)), outbound: make([][]int, len(doc.Hosts))}
+		backends: make([][][2]int, len(doc.Hosts)), vips: make([][]int, len(doc.Hosts)), outbound: make([][]int, len(doc.Hosts)),
+		bare: make([]control.VIP, len(doc.VIPs)), bareSum: make([][sha256.Size]byte, len(doc.VIPs))}
 	for i := range doc.Hosts {
 		for _, vm := range doc.Hosts[i].VMs {
 			vs.owner[vniAddr{vm.VNI, vm.Address}] = i
@@ -94,23 +112,38 @@ func newViews(doc *control.Document) *views {
 		InfraPrefixes:      doc.InfraPrefixes,
 		MuxPrefixes:        doc.MuxPrefixes,
 		InboundNAT:         doc.InboundNAT,
-		VIPs:               make([]control.VIP, len(doc.VIPs)),
 	}
 	for i := range doc.VIPs {
 		v := &doc.VIPs[i]
-		vs.shared.VIPs[i] = *v
+		vs.addrs = append(vs.addrs, v.Address)
 		if v.InboundNAT != "" {
 			// Its one backend stays: the parser makes the VIP from the
 			// rule, whose targets every view names.
+			vs.shared.VIPs = append(vs.shared.VIPs, *v)
 			continue
 		}
-		vs.shared.VIPs[i].Backends = nil
+		vs.bare[i] = *v
+		vs.bare[i].Backends = nil
 		for j := range v.Backends {
 			if h, ok := vs.owner[vniAddr{v.VNI, v.Backends[j].Address}]; ok {
 				vs.backends[h] = append(vs.backends[h], [2]int{i, j})
+				if n := len(vs.vips[h]); n == 0 || vs.vips[h][n-1] != i {
+					vs.vips[h] = append(vs.vips[h], i)
+				}
 			}
 		}
 	}
+	slices.SortFunc(vs.addrs, netip.Addr.Compare)
+	vs.addrs = slices.Compact(vs.addrs)
+	parallel(len(doc.VIPs), func(i int) {
+		if doc.VIPs[i].InboundNAT == "" {
+			b, err := json.Marshal(&vs.bare[i])
+			if err != nil {
+				panic(fmt.Sprintf("fleet: a document that does not encode: %v", err)) // every field of a Document encodes
+			}
+			vs.bareSum[i] = sha256.Sum256(b)
+		}
+	})
 	for _, r := range doc.InboundNAT {
 		for _, a := range r.Targets {
 			vs.natVMs[vniAddr{r.VNI, a}] = true
@@ -173,7 +206,15 @@ func (vs *views) view(hi int) *control.Document {
 	for i := range v.InboundNAT {
 		v.InboundNAT[i].Targets = slices.Clone(v.InboundNAT[i].Targets)
 	}
-	v.VIPs = slices.Clone(v.VIPs)
+	// The host's VIPs in document order, then the inbound NAT rules'
+	// (as the parser orders them).
+	v.VIPs = make([]control.VIP, 0, len(vs.vips[hi])+len(vs.shared.VIPs))
+	at := make(map[int]int, len(vs.vips[hi])) // doc.VIPs index → v.VIPs index
+	for _, i := range vs.vips[hi] {
+		at[i] = len(v.VIPs)
+		v.VIPs = append(v.VIPs, vs.bare[i])
+	}
+	v.VIPs = append(v.VIPs, vs.shared.VIPs...)
 	for i := range v.VIPs {
 		vip := &v.VIPs[i]
 		vip.Backends = slices.Clone(vip.Backends)
@@ -183,9 +224,10 @@ func (vs *views) view(hi int) *control.Document {
 		}
 	}
 	for _, r := range vs.backends[hi] {
-		vip := &v.VIPs[r[0]]
+		vip := &v.VIPs[at[r[0]]]
 		vip.Backends = append(vip.Backends, d.VIPs[r[0]].Backends[r[1]])
 	}
+	v.VIPAddresses = slices.Clone(vs.addrs)
 	for _, i := range vs.outbound[hi] {
 		ob := d.Outbound[i]
 		ob.DIPs, ob.Pool, ob.Static, ob.Local = slices.Clone(ob.DIPs), slices.Clone(ob.Pool), slices.Clone(ob.Static), slices.Clone(ob.Local)
@@ -195,18 +237,19 @@ func (vs *views) view(hi int) *control.Document {
 	return &v
 }
 
-// text returns host hi's view as a document's text: the VIPs, without
-// backends the same in every view, are encoded once (the first call
-// encodes them all, on every core) and copied into each view, followed
-// by the host's backends (MarshalVIPs): encoding a thousand views whole
-// was most of an apply that changed them all (a VIP added).
+// text returns host hi's view as a document's text, without its
+// VIPAddresses (stored once for every view: addrsText): each VIP's text
+// without backends is encoded once (the first call encodes them all, on
+// every core) and copied into the views that list it, followed by the
+// host's backends (MarshalVIPs): encoding a thousand views whole was
+// most of an apply that changed them all.
 func (vs *views) text(hi int) ([]byte, error) {
 	vs.vipTextOnce.Do(func() {
-		vs.vipText = make([][]byte, len(vs.shared.VIPs))
-		errs := make([]error, len(vs.shared.VIPs))
+		vs.vipText = make([][]byte, len(vs.bare))
+		errs := make([]error, len(vs.bare))
 		parallel(len(vs.vipText), func(i int) {
-			if vs.shared.VIPs[i].InboundNAT == "" {
-				vs.vipText[i], errs[i] = control.MarshalVIP(&vs.shared.VIPs[i])
+			if vs.doc.VIPs[i].InboundNAT == "" {
+				vs.vipText[i], errs[i] = control.MarshalVIP(&vs.bare[i])
 			}
 		})
 		vs.vipTextErr = errors.Join(errs...)
@@ -214,15 +257,32 @@ func (vs *views) text(hi int) ([]byte, error) {
 	if vs.vipTextErr != nil {
 		return nil, vs.vipTextErr
 	}
-	// The shared VIPs have no backends (an inbound NAT rule's VIP, which
-	// keeps its one, is written under inbound_nat): MarshalVIPs appends
-	// the host's.
-	return vs.view(hi).MarshalVIPs(func(i int) []byte { return vs.vipText[i] })
+	v := vs.view(hi)
+	v.VIPAddresses = nil
+	// The host's VIPs come first, in vs.vips[hi]'s order; an inbound NAT
+	// rule's VIP is written under inbound_nat.
+	own := vs.vips[hi]
+	return v.MarshalVIPs(func(i int) []byte {
+		if i < len(own) {
+			return vs.vipText[own[i]]
+		}
+		return nil
+	})
 }
 
-// sum is a digest of host hi's view, its version left out: two documents
-// give a host's view the same sum when its view says the same in both,
-// whatever their versions (what Apply compares to leave a view as it is).
+// addrsText is the text every view's ends with: its VIPAddresses
+// (control.MarshalVIPAddresses), nil when the document has no VIP.
+func (vs *views) addrsText() ([]byte, error) {
+	if len(vs.addrs) == 0 {
+		return nil, nil
+	}
+	return control.MarshalVIPAddresses(vs.addrs)
+}
+
+// sum is a digest of host hi's view, its version and VIPAddresses left
+// out (stored apart: addrsText): two documents give a host's view the
+// same sum when its view says the same in both, whatever their versions
+// (what Apply compares to leave a view as it is).
 func (vs *views) sum(hi int) [sha256.Size]byte {
 	d := vs.doc
 	type backend struct {
@@ -230,12 +290,22 @@ func (vs *views) sum(hi int) [sha256.Size]byte {
 		B   control.Backend
 	}
 	own := struct {
+		VIPs     [][sha256.Size]byte
 		Backends []backend
 		Outbound []control.Outbound
 		Hosts    []control.Host
 	}{Hosts: vs.hosts(hi, vs.outbound[hi])}
-	for _, r := range vs.backends[hi] {
-		own.Backends = append(own.Backends, backend{r[0], d.VIPs[r[0]].Backends[r[1]]})
+	for _, i := range vs.vips[hi] {
+		own.VIPs = append(own.VIPs, vs.bareSum[i])
+	}
+	// A backend names its VIP by its place in the view, not in the
+	// document: a VIP inserted elsewhere leaves the view's sum as it is.
+	at := -1
+	for k, r := range vs.backends[hi] {
+		if k == 0 || r[0] != vs.backends[hi][k-1][0] {
+			at++
+		}
+		own.Backends = append(own.Backends, backend{at, d.VIPs[r[0]].Backends[r[1]]})
 	}
 	for _, i := range vs.outbound[hi] {
 		own.Outbound = append(own.Outbound, d.Outbound[i])

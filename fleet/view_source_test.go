@@ -192,6 +192,83 @@ func TestHostSourceFollowsItsView(t *testing.T) {
 	assert.Zero(t, e.modRev(DefaultPrefix+"views.sums/h1"))
 }
 
+// withAPI is text with a second VIP, api, whose one backend is h1's VM.
+func withAPI(text []byte) []byte {
+	return []byte(strings.Replace(string(text), "hosts:\n", "- name: api\n  address: 198.18.100.2\n  protocol: tcp\n  port: 443\n  vni: 100\n  backends:\n"+
+		"  - {name: a1, address: 198.19.1.2, mac: \"02:00:00:00:01:02\", host: 198.19.0.2}\nhosts:\n", 1))
+}
+
+// TestHostSourceVIPAdded: a VIP added rewrites the views of its backends'
+// hosts and the VIP addresses every view shares (views.vips), not the
+// other hosts' views: those read the new addresses (their client filters
+// drop the new VIP) with the view they run, in one parse; a VIP address
+// list written since the commit is not read; removing the VIP takes its
+// address out of every host's document.
+func TestHostSourceVIPAdded(t *testing.T) {
+	e := startEtcd(t)
+	_, err := e.applyDoc(hostsDoc(1, 3, ""), applyLimits{})
+	require.NoError(t, err)
+	h0 := runHostSource(t, e.client, "h0")
+	h1 := runHostSource(t, e.client, "h1")
+	<-h0.src.Ready()
+	<-h1.src.Ready()
+	addrs := func(h *hostNode) []string {
+		var out []string
+		for _, a := range h.src.Document().VIPAddresses {
+			out = append(out, a.String())
+		}
+		return out
+	}
+	vips := func(h *hostNode) []string {
+		var out []string
+		for _, v := range h.src.Document().VIPs {
+			out = append(out, v.Name)
+		}
+		return out
+	}
+	assert.Equal(t, []string{"198.18.100.1"}, addrs(h0))
+	view0 := e.modRev(DefaultPrefix + "views/h0")
+	vipsRev := e.modRev(DefaultPrefix + "views.vips")
+	require.NotZero(t, vipsRev)
+
+	p0 := h0.parses.Load()
+	v2 := withAPI(hostsDoc(2, 3, ""))
+	_, err = e.applyDoc(v2, applyLimits{})
+	require.NoError(t, err)
+	eventually(t, "both at version 2", func() bool { return h0.src.Status().Version == 2 && h1.src.Status().Version == 2 })
+	assert.Equal(t, view0, e.modRev(DefaultPrefix+"views/h0"), "h0 backs no api: its view is not written")
+	assert.Greater(t, e.modRev(DefaultPrefix+"views.vips"), vipsRev, "the shared addresses are")
+	assert.Equal(t, []string{"198.18.100.1", "198.18.100.2"}, addrs(h0), "h0 knows api's address")
+	assert.Equal(t, []string{"web"}, vips(h0), "and not api")
+	assert.Equal(t, []string{"198.18.100.1", "198.18.100.2"}, addrs(h1))
+	assert.Equal(t, []string{"web", "api"}, vips(h1), "h1 serves api")
+	assert.Equal(t, p0+1, h0.parses.Load(), "one parse: its view and the addresses")
+	assert.Equal(t, []uint64{1, 2}, h0.versions())
+	for i, h := range []*hostNode{h0, h1} {
+		got, err := h.src.Document().Marshal()
+		require.NoError(t, err)
+		assert.Equal(t, viewOf(t, v2, fmt.Sprint("h", i)), string(got), "h%d runs its view", i)
+	}
+
+	// Addresses written since the commit are not read.
+	ctx := context.Background()
+	_, err = e.client.Put(ctx, DefaultPrefix+"views.vips", "vip_addresses: [198.18.100.9]\n")
+	require.NoError(t, err)
+	h0.src.Reload()
+	time.Sleep(300 * time.Millisecond)
+	assert.Equal(t, []string{"198.18.100.1", "198.18.100.2"}, addrs(h0), "a reread reads the addresses as committed")
+	assert.Equal(t, []uint64{1, 2}, h0.versions())
+
+	// The VIP removed: every host's addresses lose it.
+	_, err = e.applyDoc(hostsDoc(3, 3, ""), applyLimits{})
+	require.NoError(t, err)
+	eventually(t, "both at version 3", func() bool { return h0.src.Status().Version == 3 && h1.src.Status().Version == 3 })
+	assert.Equal(t, []string{"198.18.100.1"}, addrs(h0))
+	assert.Equal(t, []string{"198.18.100.1"}, addrs(h1))
+	assert.Equal(t, []string{"web"}, vips(h1))
+	assert.Equal(t, view0, e.modRev(DefaultPrefix+"views/h0"), "h0's view is still not written")
+}
+
 // TestApplyNeverHalfApplied: an apply whose changed views do not fit one
 // transaction writes them in several within the limits, the commit last:
 // between them, every running host still runs the last version and a

@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -19,8 +20,9 @@ import (
 // whole document gives it: the same plan (VM ports, endpoints, DIPs,
 // steering, probes), the same outbound DIPs with the same pools and
 // static ranges, every VIP's address (its client filters), and for each
-// VIP the same rule for its own DIPs — and nothing of other hosts' VMs
-// beyond what its inbound NAT rules and outbound sections name.
+// VIP with its DIPs the same rule for them — and no other VIP, and
+// nothing of other hosts' VMs beyond what its inbound NAT rules and
+// outbound sections name.
 func TestHostView(t *testing.T) {
 	doc, err := control.Load("testdata/two-tenants.yaml")
 	require.NoError(t, err)
@@ -34,19 +36,19 @@ func TestHostView(t *testing.T) {
 		hosts    map[string][]string
 	}{
 		{"h1",
-			map[string][]string{"web": {"a"}, "api": {"x"}, "only-h3": nil},
+			map[string][]string{"web": {"a"}, "api": {"x"}},
 			[]string{"198.18.100.1"},
 			map[string][]string{"h1": {"vm-a", "vm-x"}, "h2": {"vm-b"}, "h3": {"vm-c"}}},
 		{"h2",
-			map[string][]string{"web": {"b"}, "api": {"y", "z"}, "only-h3": nil},
+			map[string][]string{"web": {"b"}, "api": {"y", "z"}},
 			[]string{"198.18.100.1", "198.18.100.3"},
 			map[string][]string{"h1": {"vm-a"}, "h2": {"vm-b", "vm-y", "vm-z"}, "h3": {"vm-c"}}},
 		{"h3",
-			map[string][]string{"web": {"c"}, "api": nil, "only-h3": {"198.19.1.3:0"}},
+			map[string][]string{"web": {"c"}, "only-h3": {"198.19.1.3:0"}},
 			nil,
 			map[string][]string{"h2": {"vm-b"}, "h3": {"vm-c"}}},
 		{"h4",
-			map[string][]string{"web": nil, "api": nil, "only-h3": nil},
+			map[string][]string{},
 			nil,
 			map[string][]string{"h2": {"vm-b"}, "h3": {"vm-c"}, "h4": nil}},
 	} {
@@ -97,7 +99,19 @@ func TestHostView(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, want, plan, "the Host Agent's plan")
 			assert.Equal(t, fleet.OutboundDIPs(doc, tc.host), fleet.OutboundDIPs(parsed, tc.host), "outbound DIPs")
-			assert.Equal(t, doc.Prefixes(), parsed.Prefixes(), "every VIP's address")
+			var addrs []netip.Addr
+			for _, v := range doc.VIPs {
+				addrs = append(addrs, v.Address)
+			}
+			slices.SortFunc(addrs, netip.Addr.Compare)
+			addrs = slices.Compact(addrs)
+			assert.Equal(t, addrs, parsed.VIPAddresses, "every VIP's address, sorted, once")
+			snap, err := flow.NewSnapshotAddrs(1, parsed.Rules(nil), parsed.VIPAddresses, nil)
+			require.NoError(t, err)
+			for _, a := range addrs {
+				k := flow.KeyFrom(0, flow.ProtoUDP, netip.AddrPortFrom(a, 1), netip.AddrPortFrom(a, 1))
+				assert.True(t, snap.HasVIPAddr(&k.Src, k.Family), "the client filters drop %v", a)
+			}
 			assert.Equal(t, localRules(doc, want), localRules(parsed, want), "each VIP's rule for the host's DIPs")
 		})
 	}
@@ -108,7 +122,8 @@ func TestHostView(t *testing.T) {
 }
 
 // localRules is doc's rules with only the backends that are plan's DIPs,
-// and without their table size (sized by the pool).
+// and without their table size (sized by the pool), without the rules
+// left with no backend.
 func localRules(doc *control.Document, plan *hostagent.Plan) []flow.Rule {
 	type vniAddr struct {
 		vni  uint32
@@ -129,5 +144,5 @@ func localRules(doc *control.Document, plan *hostagent.Plan) []flow.Rule {
 		}
 		r.Backends, r.TableSize = bs, 0
 	}
-	return rules
+	return slices.DeleteFunc(rules, func(r flow.Rule) bool { return len(r.Backends) == 0 })
 }

@@ -10,10 +10,11 @@ import (
 	"github.com/xdplb/xdplb/control"
 )
 
-// A view is stored gzip-compressed (packView): a thousand hosts' views
-// list every VIP, so a change every view shows (a VIP added) wrote
-// ~24 MB to etcd at 100 VIPs, ~1.2 s of an apply on its own; compressed
-// (BestSpeed) it is about a tenth. A Source reads a plain YAML text too.
+// A view is stored gzip-compressed (packView), as is views.vips: when
+// every view listed every VIP, a change every view showed (a VIP added)
+// wrote ~24 MB to etcd at 100 VIPs, ~1.2 s of an apply on its own;
+// compressed (BestSpeed) it was about a tenth. A Source reads a plain
+// YAML text too.
 
 var gzipWriters = sync.Pool{New: func() any {
 	w, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed) // the level is valid
