@@ -110,7 +110,7 @@ func ExampleParser() {
 		}
 		return b
 	}
-	p := &control.Parser{PartsMin: -1} // in parts whatever the size (the default: from 16 KiB)
+	p := &control.Parser{PartsMin: -1} // in parts whatever the size (the default: from 4 KiB)
 	if _, err := p.Parse("", text(1, 1)); err != nil {
 		fmt.Println(err)
 		return

@@ -11,7 +11,7 @@ import (
 
 // DefaultPartsMin is the smallest document a Parser parses in parts (see
 // Parser); smaller ones it parses whole, as Parse does.
-const DefaultPartsMin = 16 << 10
+const DefaultPartsMin = 4 << 10
 
 // A Parser parses documents as Parse does, and keeps the YAML trees of
 // the parts of the last text it parsed, so that the next text, when it

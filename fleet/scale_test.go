@@ -22,14 +22,14 @@ var (
 	scaleFailures = flag.Int("scale.failures", 50, "BenchmarkFleetScale: DIP failures (each then recovers)")
 	scaleIdle     = flag.Duration("scale.idle", 15*time.Second, "BenchmarkFleetScale: idle time measured for etcd's steady load")
 	scaleChange   = flag.Bool("scale.change", false, "BenchmarkFleetScale: each version changes a backend's weight, not only the version")
-	scaleAddVIP   = flag.Bool("scale.addvip", false, "BenchmarkFleetScale: each version adds a VIP (every host's view changes)")
+	scaleAddVIP   = flag.Bool("scale.addvip", false, "BenchmarkFleetScale: each version adds a VIP (every host's client filters gain its address)")
 	// A node's Tracker parses with a control.Parser, which keeps its last
 	// text's parsed parts (~20 bytes per byte): for a Host Agent's view
-	// (~24 KB here) half a megabyte, nothing on a host, but 1,000 of them
-	// in the simulation's one heap are ~0.5 GB the GC marks on every
-	// cycle, which no node of a real fleet has. By default the simulated
-	// Host Agents parse whole (control.Parse).
-	scaleHostParts = flag.Bool("scale.hostparts", false, "BenchmarkFleetScale: the Host Agents parse with a control.Parser each (kept parts: ~0.5 GB in this one process)")
+	// (~6.5 KB here: its 10 VIPs and every VIP's address) ~130 KB, 1,000
+	// of them ~130 MB in the simulation's one heap. The simulated Host
+	// Agents parse as a real one does unless -scale.hostparts=false
+	// (control.Parse, whole).
+	scaleHostParts = flag.Bool("scale.hostparts", true, "BenchmarkFleetScale: the Host Agents parse with a control.Parser each, as a node does (false: control.Parse, whole)")
 )
 
 // scaleResult is what runScale measures.
