@@ -33,24 +33,36 @@ func packView(text []byte) []byte {
 	return buf.Bytes()
 }
 
+var gzipReaders sync.Pool // *gzip.Reader
+
 // unpackView returns the text of a stored view: decompressed when it
 // starts with gzip's magic, else as it is (a plain YAML text never
 // starts with byte 0x1f). A text over control.MaxDocumentSize is an
-// error, as the parser's limit.
+// error, as the parser's limit. The readers are pooled: a thousand Host
+// Agents unpack their view and views.vips on every commit that changed
+// them, and a new reader's tables were most of an unpack.
 func unpackView(stored []byte) ([]byte, error) {
 	if len(stored) < 2 || stored[0] != 0x1f || stored[1] != 0x8b {
 		return stored, nil
 	}
-	r, err := gzip.NewReader(bytes.NewReader(stored))
+	var r *gzip.Reader
+	var err error
+	if pr, ok := gzipReaders.Get().(*gzip.Reader); ok {
+		r, err = pr, pr.Reset(bytes.NewReader(stored))
+	} else {
+		r, err = gzip.NewReader(bytes.NewReader(stored))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("fleet: view: %w", err)
 	}
-	text, err := io.ReadAll(io.LimitReader(r, control.MaxDocumentSize+1))
-	if err != nil {
+	defer gzipReaders.Put(r)
+	var buf bytes.Buffer
+	buf.Grow(8 * len(stored))
+	if _, err := buf.ReadFrom(io.LimitReader(r, control.MaxDocumentSize+1)); err != nil {
 		return nil, fmt.Errorf("fleet: view: %w", err)
 	}
-	if len(text) > control.MaxDocumentSize {
+	if buf.Len() > control.MaxDocumentSize {
 		return nil, fmt.Errorf("fleet: view: more than %d bytes once decompressed", control.MaxDocumentSize)
 	}
-	return text, nil
+	return buf.Bytes(), nil
 }

@@ -35,4 +35,17 @@ func TestViewPack(t *testing.T) {
 	w.Close()
 	_, err = unpackView(bomb.Bytes())
 	assert.ErrorContains(t, err, "decompressed", "a view larger than a document may be")
+
+	// The readers are pooled: one that failed, or read another text,
+	// reads the next one whole.
+	other := []byte("vip_addresses:\n  - 198.18.0.1\n")
+	for range 3 {
+		for _, want := range [][]byte{text, other} {
+			_, err = unpackView(packed[:len(packed)-6])
+			assert.Error(t, err)
+			got, err := unpackView(packView(want))
+			require.NoError(t, err)
+			assert.Equal(t, string(want), string(got))
+		}
+	}
 }
