@@ -443,3 +443,44 @@ func (d *Document) Validate() error {
 	}
 	return err
 }
+
+// ReadVIPAddresses reads text as MarshalVIPAddresses writes it — the key
+// vip_addresses alone, then one plain address a line — and returns what
+// Parse decodes vip_addresses of that text to, without the YAML library
+// (package fleet: a thousand Host Agents read the addresses on every VIP
+// added). ok is false for a text in any other form (quoted, flow style,
+// comments, another key), or one Parse refuses (an invalid address, one
+// listed twice): parse the document the text belongs to, which says
+// where and why.
+func ReadVIPAddresses(text []byte) (addrs []netip.Addr, ok bool) {
+	rest, ok := bytes.CutPrefix(text, []byte("vip_addresses:\n"))
+	if !ok || len(rest) == 0 || rest[len(rest)-1] != '\n' {
+		return nil, false
+	}
+	seen := make(map[netip.Addr]bool, bytes.Count(rest, []byte{'\n'}))
+	for line := range bytes.Lines(rest) {
+		s, ok := bytes.CutPrefix(line[:len(line)-1], []byte("  - "))
+		if !ok || len(s) == 0 || s[len(s)-1] == ':' { // "x:" ends a YAML key
+			return nil, false
+		}
+		for _, c := range s {
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' || c == '.' || c == ':') {
+				return nil, false
+			}
+		}
+		a, err := netip.ParseAddr(string(s))
+		if err != nil || !vipAddress(a) || seen[a] {
+			return nil, false
+		}
+		seen[a] = true
+		addrs = append(addrs, a)
+	}
+	return addrs, true
+}
+
+// vipAddress reports whether Parse takes a as a VIP's address (as the
+// decoder's addr does without a family or a zone).
+func vipAddress(a netip.Addr) bool {
+	return a.IsValid() && !a.Is4In6() && a.Zone() == "" && !a.IsUnspecified() &&
+		!a.IsMulticast() && a != netip.AddrFrom4([4]byte{255, 255, 255, 255})
+}

@@ -192,26 +192,8 @@ func (t *Tracker) run(doc *Document, o Origin, attrs ...any) {
 // the first apply there is nothing to advance: it returns an error
 // without recording it. It reports whether the version advanced.
 func (t *Tracker) Advance(v uint64, o Origin) (bool, error) {
-	cur := t.Document()
+	cur, err := t.above(v, o)
 	if cur == nil {
-		return false, fmt.Errorf("control: %s: no running document to advance to version %d", t.what, v)
-	}
-	st := t.Status()
-	if o.Revision != 0 && o.Revision < st.Revision {
-		err := fmt.Errorf("%w: %s holds revision %d (version %d), older than the running revision %d (version %d): "+
-			"the store went back in its history; keeping what runs",
-			ErrStaleVersion, t.what, o.Revision, v, st.Revision, cur.Version)
-		t.Refuse(err, ReasonStale)
-		return false, err
-	}
-	if v == cur.Version {
-		t.holdsRunning(v, o)
-		return false, nil
-	}
-	if v < cur.Version {
-		err := fmt.Errorf("%w: %s has version %d and the node runs %d; bump version to apply the change",
-			ErrStaleVersion, t.what, v, cur.Version)
-		t.Refuse(err, ReasonStale)
 		return false, err
 	}
 	doc := *cur
@@ -220,6 +202,63 @@ func (t *Tracker) Advance(v uint64, o Origin) (bool, error) {
 	t.appliedHashed, t.appliedText = false, nil
 	t.run(&doc, o, "from", cur.Version, "unchanged", true)
 	return true, nil
+}
+
+// Amend applies version v without a parse: the running document with
+// Version v and change made to it (to a copy: change may set fields, not
+// modify what they hold). It is Advance for a store whose writer knows
+// that version v says, for this node, what the running version says but
+// for what change sets (package fleet: a Host Agent's view that the new
+// version left as it was, but for the VIP addresses every view shares).
+// It refuses what Advance refuses, and records apply's error as Offer
+// does. It reports whether it applied version v.
+func (t *Tracker) Amend(v uint64, o Origin, change func(*Document), apply func(*Document) error) (bool, error) {
+	cur, err := t.above(v, o)
+	if cur == nil {
+		return false, err
+	}
+	doc := *cur
+	doc.Version = v
+	change(&doc)
+	if err := apply(&doc); err != nil {
+		err = fmt.Errorf("control: apply version %d: %w", doc.Version, err)
+		t.Refuse(err, ReasonApply)
+		return false, err
+	}
+	t.appliedHashed, t.appliedText = false, nil
+	t.run(&doc, o, "from", cur.Version, "amended", true)
+	return true, nil
+}
+
+// above returns the running document when version v at o may follow it;
+// else nil, having recorded a refusal (a version below the running one,
+// an origin older than the running revision: the error) or that the store
+// holds the running version (no error). Before the first apply it
+// returns an error without recording it.
+func (t *Tracker) above(v uint64, o Origin) (*Document, error) {
+	cur := t.Document()
+	if cur == nil {
+		return nil, fmt.Errorf("control: %s: no running document to advance to version %d", t.what, v)
+	}
+	st := t.Status()
+	if o.Revision != 0 && o.Revision < st.Revision {
+		err := fmt.Errorf("%w: %s holds revision %d (version %d), older than the running revision %d (version %d): "+
+			"the store went back in its history; keeping what runs",
+			ErrStaleVersion, t.what, o.Revision, v, st.Revision, cur.Version)
+		t.Refuse(err, ReasonStale)
+		return nil, err
+	}
+	if v == cur.Version {
+		t.holdsRunning(v, o)
+		return nil, nil
+	}
+	if v < cur.Version {
+		err := fmt.Errorf("%w: %s has version %d and the node runs %d; bump version to apply the change",
+			ErrStaleVersion, t.what, v, cur.Version)
+		t.Refuse(err, ReasonStale)
+		return nil, err
+	}
+	return cur, nil
 }
 
 // holdsRunning records that the store holds the running document, of

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -181,6 +182,64 @@ func TestTrackerAdvance(t *testing.T) {
 	}
 	assert.Equal(t, []uint64{1, 4}, *applied, "Advance calls no apply")
 	assert.EqualValues(t, 3, tr.Status().Applied, "applies counted: 1, advanced to 3, 4")
+}
+
+// TestTrackerAmend: Amend applies the running document with a new
+// version and a change, without a parse: apply sees the change, the
+// running document has it and the rest of the running one, the document
+// before it is left as it was; it refuses what Advance refuses, and an
+// apply that fails leaves the running version and records why.
+func TestTrackerAmend(t *testing.T) {
+	tr, parses, applied, apply := countingTracker()
+	set := func(a string) func(*Document) {
+		return func(d *Document) { d.VIPAddresses = []netip.Addr{netip.MustParseAddr(a)} }
+	}
+	_, err := tr.Amend(2, Origin{Revision: 5}, set("198.18.0.1"), apply)
+	assert.Error(t, err, "no running document")
+	_, err = tr.Offer(docV(1, ""), Origin{Revision: 10}, apply)
+	require.NoError(t, err)
+	first := tr.Document()
+	before := *parses
+
+	var seen *Document
+	ok, err := tr.Amend(3, Origin{Revision: 12}, set("198.18.0.1"), func(d *Document) error { seen = d; return apply(d) })
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, before, *parses, "no parse")
+	assert.Same(t, seen, tr.Document(), "what apply saw runs")
+	assert.Equal(t, uint64(3), tr.Document().Version)
+	assert.Equal(t, []netip.Addr{netip.MustParseAddr("198.18.0.1")}, tr.Document().VIPAddresses)
+	assert.Equal(t, first.VIPs, tr.Document().VIPs, "the rest is the running document's")
+	assert.Equal(t, uint64(1), first.Version, "the document before is left as it was")
+	assert.Nil(t, first.VIPAddresses)
+
+	for _, s := range []struct {
+		name string
+		v    uint64
+		rev  int64
+		err  error
+	}{
+		{"the same version", 3, 12, nil},
+		{"an older version", 2, 13, ErrStaleVersion},
+		{"an older revision", 4, 11, ErrStaleVersion},
+	} {
+		ok, err := tr.Amend(s.v, Origin{Revision: s.rev}, set("198.18.0.9"), apply)
+		assert.False(t, ok, s.name)
+		if s.err != nil {
+			assert.ErrorIs(t, err, s.err, s.name)
+		} else {
+			assert.NoError(t, err, s.name)
+		}
+		assert.Equal(t, uint64(3), tr.Status().Version, s.name)
+		assert.Equal(t, "198.18.0.1", tr.Document().VIPAddresses[0].String(), s.name)
+	}
+	failed := errors.New("the data path refused it")
+	ok, err = tr.Amend(4, Origin{Revision: 14}, set("198.18.0.9"), func(*Document) error { return failed })
+	assert.False(t, ok)
+	assert.ErrorIs(t, err, failed)
+	assert.Equal(t, ReasonApply, tr.Status().Reason)
+	assert.Equal(t, uint64(3), tr.Document().Version)
+	assert.Equal(t, []uint64{1, 3}, *applied)
 }
 
 // errNoRunning marks a step whose Advance finds no running document.

@@ -346,6 +346,8 @@ func (s *Source) readView(ctx context.Context, apply func(*control.Document) err
 		// The running view is the committed one.
 		s.t.Advance(cm.Version, o)
 		return rev, true, nil
+	case kv.ModRevision == s.viewRev && vkv != nil && s.amend(vkv, cm.Version, o, apply):
+		return rev, true, nil
 	}
 	text, err := unpackView(kv.Value)
 	if err == nil && vkv != nil {
@@ -374,6 +376,28 @@ func (s *Source) readView(ctx context.Context, apply func(*control.Document) err
 		s.t.Advance(cm.Version, o)
 	}
 	return rev, true, nil
+}
+
+// amend applies version v as the running view with the VIP addresses of
+// vkv, without a parse (control.Tracker.Amend): what a VIP added or
+// removed elsewhere in the fleet is to a host whose view it left as it
+// was — a thousand of them on every such commit. It reports false, having
+// done nothing, when the addresses are not in the form Apply writes
+// (control.ReadVIPAddresses): the caller parses the view with them, which
+// says what is wrong.
+func (s *Source) amend(vkv *mvccpb.KeyValue, v uint64, o control.Origin, apply func(*control.Document) error) bool {
+	text, err := unpackView(vkv.Value)
+	if err != nil {
+		return false
+	}
+	addrs, ok := control.ReadVIPAddresses(text)
+	if !ok {
+		return false
+	}
+	if ok, _ := s.t.Amend(v, o, func(d *control.Document) { d.VIPAddresses = addrs }, apply); ok {
+		s.vipsRev = vkv.ModRevision
+	}
+	return true // applied, or refused and recorded as Offer would
 }
 
 // withVersion returns text with its first line, when it is a version
