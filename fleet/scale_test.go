@@ -173,6 +173,7 @@ func BenchmarkFleetScale(b *testing.B) {
 	t0 := time.Now()
 	s := startSim(b, shape, 5*time.Minute)
 	b.Logf("started in %v", time.Since(t0).Round(time.Millisecond))
+	b.Logf("settled in %v", s.settle(b, time.Minute).Round(time.Millisecond))
 	b.ResetTimer()
 	r := runScale(b, s, 2, *scaleApplies, *scaleFailures, *scaleIdle)
 	b.StopTimer()

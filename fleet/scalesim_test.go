@@ -481,6 +481,26 @@ type etcdLoad struct {
 	proposals, renewals, sent           float64
 }
 
+// settle waits, at most limit, until etcd has written no key for a
+// second (the start's last status and health writes done, their watch
+// events sent), so that what is measured next is a fleet at rest, not
+// the tail of its start; it returns how long it waited.
+func (s *sim) settle(tb testing.TB, limit time.Duration) time.Duration {
+	t0 := time.Now()
+	last := readLoad(tb)
+	for quiet := time.Duration(0); quiet < time.Second && time.Since(t0) < limit; {
+		time.Sleep(250 * time.Millisecond)
+		l := readLoad(tb)
+		if l.puts+l.deletes == last.puts+last.deletes {
+			quiet += 250 * time.Millisecond
+		} else {
+			quiet = 0
+		}
+		last = l
+	}
+	return time.Since(t0)
+}
+
 func readLoad(tb testing.TB) etcdLoad {
 	mfs, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
