@@ -80,9 +80,12 @@ func benchMuxApply(b *testing.B) {
 
 // BenchmarkHostVersion measures what a Host Agent does with its view of
 // each version of BenchmarkFleetScale's document when a VIP is added
-// (-scale.addvip: the change every view shows), one version after the
-// other: parse=whole, control.Parse; parse=parts, a control.Parser that
-// parsed the view before (what a Host Agent's Tracker does). In the
+// elsewhere (-scale.addvip: the change every host's client filters see,
+// its view's VIP addresses), one version after the other: parse=whole,
+// control.Parse; parse=parts, a control.Parser that parsed the view
+// before; amend, what a Host Agent's Source does since its view is left
+// as it was (control.ReadVIPAddresses of the addresses every view
+// shares, the running document copied with them: Tracker.Amend). In the
 // simulation 1,000 Host Agents do this on the same two cores; in a
 // fleet each on its own.
 //
@@ -112,6 +115,31 @@ func BenchmarkHostVersion(b *testing.B) {
 			b.Fatal(err)
 		}
 		alternate(b, texts, 1, func(t []byte) (*control.Document, error) { return p.Parse("", t) })
+	})
+	b.Run("amend", func(b *testing.B) {
+		run, err := control.Parse(texts[0])
+		if err != nil {
+			b.Fatal(err)
+		}
+		addrs := make([][]byte, 2)
+		for i, t := range texts {
+			d, err := control.Parse(t)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if addrs[i], err = control.MarshalVIPAddresses(d.VIPAddresses); err != nil {
+				b.Fatal(err)
+			}
+		}
+		alternate(b, addrs, 1, func(t []byte) (*control.Document, error) {
+			a, ok := control.ReadVIPAddresses(t)
+			if !ok {
+				b.Fatal("ReadVIPAddresses refused the addresses")
+			}
+			d := *run
+			d.VIPAddresses = a
+			return &d, nil
+		})
 	})
 }
 
