@@ -116,7 +116,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown key far", base + "colour: red\n",
 			[]string{`12:1: unknown key "colour" (want version, written, hash_seed, maglev_min_table_size, node, infra_prefixes, mux_prefixes, bgp, nodes, vips, inbound_nat, outbound, hosts, vip_addresses, checksum)`}},
 		{"vip_addresses twice", base + "vip_addresses: [198.18.100.1, 198.18.100.2, 198.18.100.1]\n",
-			[]string{`12:45: vip_addresses[2]: address 198.18.100.1 is listed twice (first at vip_addresses[0], line 12)`}},
+			[]string{`12:45: vip_addresses[2]: 198.18.100.1 is listed twice (first at vip_addresses[0], line 12)`}},
 		{"vip_addresses not an address", base + "vip_addresses:\n  - 198.18.100.0/24\n  - ff02::1\n",
 			[]string{`13:5: vip_addresses[0]: "198.18.100.0/24" is a prefix (want a VIP's address, IPv4 or IPv6, without /length)`,
 				`14:5: vip_addresses[1]: "ff02::1" is not a unicast address (want a VIP's address, IPv4 or IPv6)`}},

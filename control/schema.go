@@ -166,29 +166,42 @@ func (d *decoder) document(root *yaml.Node) *Document {
 	return doc
 }
 
-// vipAddresses decodes vip_addresses: unicast addresses without a zone,
-// each once.
+// vipAddresses decodes vip_addresses.
 func (d *decoder) vipAddresses(n *yaml.Node) []netip.Addr {
-	const path, want = "vip_addresses", "a VIP's address, IPv4 or IPv6"
-	var as []netip.Addr
-	seen := map[netip.Addr]site{}
-	for i, an := range d.list(n, path, "addresses") {
+	return d.addrs(n, "vip_addresses", "a VIP's address, IPv4 or IPv6")
+}
+
+// addrs decodes a list of unicast addresses without a zone, each listed
+// once.
+func (d *decoder) addrs(n *yaml.Node, path, want string) []netip.Addr {
+	return listOnce(d, n, path, "addresses", "", func(an *yaml.Node, p string) (netip.Addr, bool) {
+		return d.addr(an, p, want, 0, false)
+	})
+}
+
+// listOnce decodes the list n of what (its items decoded by decode, which
+// reports their problems), refusing an item listed twice ("<noun><item>
+// is listed twice").
+func listOnce[T comparable](d *decoder, n *yaml.Node, path, what, noun string, decode func(n *yaml.Node, path string) (T, bool)) []T {
+	var out []T
+	seen := map[T]site{}
+	for i, in := range d.list(n, path, what) {
 		p := index(path, i)
-		if an = d.deref(an); an == nil {
+		if in = d.deref(in); in == nil {
 			break
 		}
-		a, ok := d.addr(an, p, want, 0, false)
+		x, ok := decode(in, p)
 		if !ok {
 			continue
 		}
-		if first, dup := seen[a]; dup {
-			d.errorf(an, p, "address %v is listed twice (first at %v)", a, first)
+		if first, dup := seen[x]; dup {
+			d.errorf(in, p, "%s%v is listed twice (first at %v)", noun, x, first)
 			continue
 		}
-		seen[a] = site{p, an}
-		as = append(as, a)
+		seen[x] = site{p, in}
+		out = append(out, x)
 	}
-	return as
+	return out
 }
 
 func (d *decoder) time(n *yaml.Node, path string) (time.Time, bool) {
@@ -207,16 +220,10 @@ func (d *decoder) time(n *yaml.Node, path string) (time.Time, bool) {
 
 func (d *decoder) prefixes(n *yaml.Node, path string) []netip.Prefix {
 	const want = "a prefix like 198.18.0.0/24 or 2001:db8::/64"
-	var ps []netip.Prefix
-	seen := map[netip.Prefix]site{}
-	for i, pn := range d.list(n, path, "prefixes") {
-		p := index(path, i)
-		if pn = d.deref(pn); pn == nil {
-			break
-		}
+	return listOnce(d, n, path, "prefixes", "prefix ", func(pn *yaml.Node, p string) (netip.Prefix, bool) {
 		s, ok := d.str(pn, p, want)
 		if !ok {
-			continue
+			return netip.Prefix{}, false
 		}
 		pfx, err := netip.ParsePrefix(s)
 		switch {
@@ -231,13 +238,8 @@ func (d *decoder) prefixes(n *yaml.Node, path string) []netip.Prefix {
 		case pfx.Masked() != pfx:
 			d.errorf(pn, p, "%q has bits set past the prefix length (did you mean %v?)", s, pfx.Masked())
 		default:
-			if first, dup := seen[pfx]; dup {
-				d.errorf(pn, p, "prefix %v is listed twice (first at %v)", pfx, first)
-				continue
-			}
-			seen[pfx] = site{p, pn}
-			ps = append(ps, pfx)
+			return pfx, true
 		}
-	}
-	return ps
+		return netip.Prefix{}, false
+	})
 }

@@ -66,20 +66,7 @@ func (d *decoder) asn(n *yaml.Node, path string) (uint32, bool) {
 // b, with paths under p.
 func (d *decoder) bgpNode(o *object, p string, b *BGP) {
 	if v := d.get(o, "listen_addresses"); v != nil {
-		seen := map[netip.Addr]site{}
-		for i, an := range d.list(v, join(p, "listen_addresses"), "addresses") {
-			path := index(join(p, "listen_addresses"), i)
-			a, ok := d.addr(an, path, "a local "+addrWords, 0, false)
-			if !ok {
-				continue
-			}
-			if first, dup := seen[a]; dup {
-				d.errorf(an, path, "%v is listed twice (first at %v)", a, first)
-				continue
-			}
-			seen[a] = site{path, an}
-			b.ListenAddresses = append(b.ListenAddresses, a)
-		}
+		b.ListenAddresses = d.addrs(v, join(p, "listen_addresses"), "a local "+addrWords)
 	}
 	if v := d.get(o, "next_hop"); v != nil {
 		b.NextHop, _ = d.addr(v, join(p, "next_hop"), wantAddr, 0, false)

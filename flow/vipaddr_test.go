@@ -59,15 +59,7 @@ func TestVIPAddrs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := NewSnapshot(1, tt.rules, nil)
-			require.NoError(t, err)
-			snaps := []*Snapshot{s}
-			if len(tt.rules) > 0 {
-				r, err := s.ReplaceRules(2, tt.rules[:1])
-				require.NoError(t, err)
-				snaps = append(snaps, r)
-			}
-			for i, s := range snaps {
+			for i, s := range snapshotAndReplaced(t, tt.rules, nil) {
 				vni, single := s.SingleVNI()
 				require.Equal(t, tt.single, single, "snapshot %d", i)
 				require.Equal(t, tt.vni, vni, "snapshot %d", i)
@@ -172,15 +164,7 @@ func TestSnapshotAddrs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := NewSnapshotAddrs(1, tt.rules, tt.addrs, nil)
-			require.NoError(t, err)
-			snaps := []*Snapshot{s}
-			if len(tt.rules) > 0 {
-				r, err := s.ReplaceRules(2, tt.rules[:1])
-				require.NoError(t, err)
-				snaps = append(snaps, r)
-			}
-			for i, s := range snaps {
+			for i, s := range snapshotAndReplaced(t, tt.rules, tt.addrs) {
 				require.Equal(t, len(tt.rules), s.Len())
 				vni, single := s.SingleVNI()
 				require.Equal(t, fmt.Sprint(len(tt.rules) > 0, len(tt.rules) > 0), fmt.Sprint(single, vni == 3), "snapshot %d", i)
@@ -203,4 +187,20 @@ func TestSnapshotAddrs(t *testing.T) {
 	}
 	_, err := NewSnapshotAddrs(1, one, []netip.Addr{{}}, nil)
 	require.ErrorIs(t, err, ErrInvalidRule)
+}
+
+// snapshotAndReplaced returns a snapshot of rules (and addrs), and when
+// there are rules, that snapshot with its first rule replaced by itself
+// (ReplaceRules: a health change), which must answer alike.
+func snapshotAndReplaced(t *testing.T, rules []Rule, addrs []netip.Addr) []*Snapshot {
+	t.Helper()
+	s, err := NewSnapshotAddrs(1, rules, addrs, nil)
+	require.NoError(t, err)
+	snaps := []*Snapshot{s}
+	if len(rules) > 0 {
+		r, err := s.ReplaceRules(2, rules[:1])
+		require.NoError(t, err)
+		snaps = append(snaps, r)
+	}
+	return snaps
 }
