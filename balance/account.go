@@ -108,43 +108,68 @@ func NewAccount(cfg AccountConfig) *Account {
 
 // Process implements engine.Stage. It counts and never drops.
 func (a *Account) Process(b *engine.Batch) {
+	ap := a.Begin(b)
+	defer ap.End()
+	for _, p := range b.Packets() {
+		ap.Packet(p)
+	}
+}
+
+// AccountPass is an Account's counting of one batch, for a caller that
+// runs the stage packet by packet among other stages' work (the Mux's
+// fused stage): Process is Begin, Packet for every packet, then End.
+// Between Begin and End the counters are locked for the worker.
+type AccountPass struct {
+	a *Account
+	h *accountHalf
+}
+
+// Begin locks a half of the counters for batch b and makes room for the
+// backends of its snapshot.
+func (a *Account) Begin(b *engine.Batch) AccountPass {
 	h := a.lock()
-	defer h.mu.Unlock()
 	if a.cfg.Rules != nil {
 		if s := b.Rules(a.cfg.Rules); s != h.seen {
 			h.fit(s)
 		}
 	}
-	for _, p := range b.Packets() {
-		r := p.Rule
-		if r == nil || uint32(p.Backend) >= uint32(len(r.Backends)) {
-			continue
-		}
-		id := r.Backends[p.Backend].ID
-		if id == flow.ReservedID {
-			// A reply to an outbound connection (Returns): counted by
-			// its address, whose counter index the rule's ID is.
-			h.countReturn(r.ID, a.packetLen(p))
-			continue
-		}
-		if id >= uint32(len(h.slots)) {
-			h.grow(id)
-		}
-		s := &h.slots[id]
-		if s.vip == 0 {
-			h.bind(s, r)
-		}
-		var n int
-		if a.cfg.Encapsulated {
-			n = tunnelledLen(p.Data())
-		} else {
-			n = parsedLen(p)
-		}
-		s.packets++
-		s.bytes += uint64(n)
-		if p.Flags&engine.FlagNewFlow != 0 {
-			s.newFlows++
-		}
+	return AccountPass{a: a, h: h}
+}
+
+// End unlocks the counters Begin locked.
+func (ap AccountPass) End() { ap.h.mu.Unlock() }
+
+// Packet counts p if the balancing stage placed it.
+func (ap AccountPass) Packet(p *engine.Packet) {
+	a, h := ap.a, ap.h
+	r := p.Rule
+	if r == nil || uint32(p.Backend) >= uint32(len(r.Backends)) {
+		return
+	}
+	id := r.Backends[p.Backend].ID
+	if id == flow.ReservedID {
+		// A reply to an outbound connection (Returns): counted by
+		// its address, whose counter index the rule's ID is.
+		h.countReturn(r.ID, a.packetLen(p))
+		return
+	}
+	if id >= uint32(len(h.slots)) {
+		h.grow(id)
+	}
+	s := &h.slots[id]
+	if s.vip == 0 {
+		h.bind(s, r)
+	}
+	var n int
+	if a.cfg.Encapsulated {
+		n = tunnelledLen(p.Data())
+	} else {
+		n = parsedLen(p)
+	}
+	s.packets++
+	s.bytes += uint64(n)
+	if p.Flags&engine.FlagNewFlow != 0 {
+		s.newFlows++
 	}
 }
 

@@ -203,16 +203,6 @@ func New(cfg Config) (*Stage, error) {
 	return s, nil
 }
 
-// state returns worker w's state; for a batch without a worker index the
-// shared fallback, with mu held (unlock returned).
-func (s *Stage) state(w int) (*workerState, func()) {
-	if st := s.workers.Get(w); st != nil {
-		return st, func() {}
-	}
-	s.mu.Lock()
-	return &s.other, s.mu.Unlock
-}
-
 // count adds one to counter k of rule r and of the total.
 func (st *workerState) count(r *flow.Rule, k int) {
 	st.c[k].Add(1)
@@ -385,66 +375,116 @@ func (s *Stage) VIPStats() map[string]Stats {
 
 // Process implements engine.Stage.
 func (s *Stage) Process(b *engine.Batch) {
-	snap := b.Rules(s.cfg.Rules)
+	var ps Pass
+	s.Begin(b, &ps)
+	defer ps.End()
 	pkts := b.Packets()
-	ct := s.cfg.Conns
-	var ret batchReturns // the range table, loaded at the first packet without a rule
-	if ct == nil {
-		for _, p := range pkts {
-			r := s.stateless(snap, p)
-			if r == engine.DropNoRule {
-				r = s.returning(&ret, b, p) // a reply to an outbound connection: to its owner
-			}
-			if r != 0 {
-				b.Drop(p, r)
-			}
-		}
-		return
-	}
-	qs := s.queries.Get(b.Worker)
-	if qs == nil {
-		qs = new([engine.MaxBatch]flow.ConnQuery) // a hand-made batch: no worker index
-	}
-	now := s.clock()
 	// Pass 1: rule, hash and the prepared lookup of every packet; live
 	// marks the packets pass 2 places.
 	var live uint64
 	for i, p := range pkts {
-		r, reason := s.rule(snap, p)
-		if reason == engine.DropNoRule {
-			reason = s.returning(&ret, b, p) // a reply to an outbound connection: to its owner, not balanced
+		r, place := ps.Prepare(i, p)
+		if r != 0 {
+			b.Drop(p, r)
 		}
-		if reason != 0 {
-			b.Drop(p, reason)
-			continue
+		if place {
+			live |= 1 << uint(i)
 		}
-		if r == nil {
-			continue // placed by returning
-		}
-		p.Rule = r
-		p.Hash = s.cfg.Hasher.Hash(&p.Key, r.Mode)
-		switch {
-		case p.Flags&engine.FlagFragment != 0:
-		case s.oneHash && r.Mode == flow.Tuple5:
-			ct.PrepareHashed(&qs[i], &p.Key, p.Hash) // the key is hashed once
-		default:
-			ct.Prepare(&qs[i], &p.Key)
-		}
-		live |= 1 << uint(i)
 	}
 	// Pass 2: finish the lookups, place the flows.
-	st, unlock := s.state(b.Worker)
-	defer unlock()
-	if st.snap != snap {
-		s.rebind(st, snap, st == &s.other)
-	}
 	for ; live != 0; live &= live - 1 {
 		i := bits.TrailingZeros64(live)
 		p := pkts[i]
-		if r := s.place(st, snap, p, &qs[i], now); r != 0 {
+		if r := ps.Place(i, p); r != 0 {
 			b.Drop(p, r)
 		}
 	}
+}
+
+// Pass is the stage's run over one batch, for a caller that runs the
+// stage packet by packet among other stages' work (the Mux's fused
+// stage): Begin; Prepare for every packet, in batch order; then Place,
+// in the same order, for every packet Prepare asked to place; End.
+// Process is exactly that. Between Begin and End the worker's counters
+// and budgets are the pass's.
+type Pass struct {
+	s      *Stage
+	b      *engine.Batch
+	snap   *flow.Snapshot
+	qs     *[engine.MaxBatch]flow.ConnQuery
+	now    flow.Tick
+	ret    batchReturns // the range table, loaded at the first packet without a rule
+	st     *workerState
+	locked bool // st is s.other, under s.mu
+}
+
+// Begin readies ps for batch b: its rules, its time, the worker's state.
+func (s *Stage) Begin(b *engine.Batch, ps *Pass) {
+	*ps = Pass{s: s, b: b, snap: b.Rules(s.cfg.Rules)}
+	if s.cfg.Conns == nil {
+		return
+	}
+	ps.qs = s.queries.Get(b.Worker)
+	if ps.qs == nil {
+		ps.qs = new([engine.MaxBatch]flow.ConnQuery) // a hand-made batch: no worker index
+	}
+	ps.now = s.clock()
+	if ps.st = s.workers.Get(b.Worker); ps.st == nil {
+		s.mu.Lock()
+		ps.st, ps.locked = &s.other, true
+	}
+	if ps.st.snap != ps.snap {
+		s.rebind(ps.st, ps.snap, ps.locked)
+	}
+}
+
+// End releases what Begin took.
+func (ps *Pass) End() {
+	if ps.locked {
+		ps.s.mu.Unlock()
+	}
+}
+
+// Prepare is the first half of the stage's work on p, the i-th packet of
+// the batch: it finds p's rule and hash and starts its connection-table
+// lookup, and reports whether p goes on to Place; or it places p by
+// itself (a reply to an outbound connection, or any packet of a stage
+// without a connection table), or returns why p must be dropped, which
+// the caller does (Batch.Drop).
+func (ps *Pass) Prepare(i int, p *engine.Packet) (engine.DropReason, bool) {
+	s := ps.s
+	ct := s.cfg.Conns
+	if ct == nil {
+		r := s.stateless(ps.snap, p)
+		if r == engine.DropNoRule {
+			r = s.returning(&ps.ret, ps.b, p) // a reply to an outbound connection: to its owner
+		}
+		return r, false
+	}
+	r, reason := s.rule(ps.snap, p)
+	if reason == engine.DropNoRule {
+		reason = s.returning(&ps.ret, ps.b, p) // a reply to an outbound connection: to its owner, not balanced
+	}
+	if reason != 0 || r == nil {
+		return reason, false // r nil: placed by returning
+	}
+	p.Rule = r
+	p.Hash = s.cfg.Hasher.Hash(&p.Key, r.Mode)
+	switch {
+	case p.Flags&engine.FlagFragment != 0:
+	case s.oneHash && r.Mode == flow.Tuple5:
+		ct.PrepareHashed(&ps.qs[i], &p.Key, p.Hash) // the key is hashed once
+	default:
+		ct.Prepare(&ps.qs[i], &p.Key)
+	}
+	return 0, true
+}
+
+// Place is the second half of the stage's work on p, the i-th packet of
+// the batch, which Prepare asked to place: it finishes the lookup and
+// decides p's backend, or returns why p must be dropped.
+func (ps *Pass) Place(i int, p *engine.Packet) engine.DropReason {
+	return ps.s.place(ps.st, ps.snap, p, &ps.qs[i], ps.now)
 }
 
 // rule finds p's rule, or why there is none. A rule an earlier stage left

@@ -87,15 +87,26 @@ func NewICMP(cfg ICMPConfig) (*ICMP, error) {
 	return &ICMP{cfg: cfg, tokens: cfg.EchoBurst}, nil
 }
 
+// ICMPHandles reports whether the ICMP stage looks at p: an ICMPv4
+// message in IPv4 or an ICMPv6 message in IPv6, its header parsed. The
+// stage leaves every other packet as it is, so a batch without such a
+// packet may skip it (the Mux's fused stage does).
+func ICMPHandles(p *engine.Packet) bool {
+	if p.Flags&engine.FlagL4 == 0 {
+		return false
+	}
+	if p.Flags&engine.FlagIPv4 != 0 {
+		return p.L4Proto == flow.ProtoICMP
+	}
+	return p.L4Proto == flow.ProtoICMPv6
+}
+
 // Process implements engine.Stage.
 func (s *ICMP) Process(b *engine.Batch) {
 	var snap *flow.Snapshot
 	var ret batchReturns
 	for _, p := range b.Packets() {
-		if p.Flags&engine.FlagL4 == 0 {
-			continue
-		}
-		if v4 := p.Flags&engine.FlagIPv4 != 0; v4 && p.L4Proto != flow.ProtoICMP || !v4 && p.L4Proto != flow.ProtoICMPv6 {
+		if !ICMPHandles(p) {
 			continue
 		}
 		if snap == nil {

@@ -247,6 +247,13 @@ func (e *Encap) Process(b *engine.Batch) {
 	}
 }
 
+// Packet is Process's work on one packet, for a caller that runs the
+// stage packet by packet among other stages' work (the Mux's fused
+// stage): it encapsulates p, or answers it with an ICMP error
+// (Batch.Emit: p is then finished, the later stages must skip it), or
+// returns why p must be dropped, which the caller does (Batch.Drop).
+func (e *Encap) Packet(b *engine.Batch, p *engine.Packet) engine.DropReason { return e.encap(b, p) }
+
 // encap encapsulates p, or answers it with an ICMP error (Emit), or
 // returns why it must be dropped.
 func (e *Encap) encap(b *engine.Batch, p *engine.Packet) engine.DropReason {

@@ -68,6 +68,31 @@ func (s *PartialChecksums) Process(b *Batch) {
 	}
 }
 
+// Complete completes p's TCP or UDP checksum if it is partial and reports
+// whether it did; any other packet (no L4 header, a fragment, another
+// protocol) is left alone. It is the stage's work on one packet, for a
+// caller that runs the stage packet by packet among other stages' work (the
+// Mux's fused stage), which then counts the completions with Count.
+func Complete(p *Packet) bool {
+	if p.Flags&(FlagL4|FlagFragment) != FlagL4 || p.L4Proto != flow.ProtoTCP && p.L4Proto != flow.ProtoUDP {
+		return false
+	}
+	return completePartial(p)
+}
+
+// Count adds n completions (Complete) of batch b's packets to the
+// counters (Completed).
+func (s *PartialChecksums) Count(b *Batch, n uint64) {
+	if n == 0 {
+		return
+	}
+	if c := s.counts.Get(b.Worker); c != nil {
+		c.n.Add(n)
+	} else {
+		s.other.Add(n)
+	}
+}
+
 // completePartial completes p's checksum if it is partial. The common
 // case — a complete checksum from a NIC — costs the pseudo-header sum from
 // a few word loads and one compare; only a field equal to that sum goes on

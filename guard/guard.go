@@ -243,6 +243,36 @@ func (s *Sources) Process(b *engine.Batch) {
 	}
 }
 
+// SourcesPass is the source filter's configuration for one batch (the
+// batch's rules and prefix set), for a caller that runs the filter packet
+// by packet among other stages' work (the Mux's fused stage): Begin, then
+// Check for every packet, does what Process does.
+type SourcesPass struct {
+	s    *Sources
+	snap *flow.Snapshot
+	set  *Prefixes
+}
+
+// Begin loads what the filter checks b's packets against.
+func (s *Sources) Begin(b *engine.Batch) SourcesPass {
+	var snap *flow.Snapshot
+	if s.rules != nil {
+		snap = b.Rules(s.rules)
+	}
+	set := s.set.Load()
+	if ps, ok := b.Snapshot.(PrefixSource); ok {
+		if p := ps.SourcePrefixes(); p != nil {
+			set = p
+		}
+	}
+	return SourcesPass{s: s, snap: snap, set: set}
+}
+
+// Check returns why p is refused (the reason Process drops it with), or 0.
+func (c *SourcesPass) Check(p *engine.Packet) engine.DropReason {
+	return c.s.check(c.snap, c.set, p)
+}
+
 // check returns why p is refused, or 0.
 func (s *Sources) check(snap *flow.Snapshot, set *Prefixes, p *engine.Packet) engine.DropReason {
 	addr := &p.Key.Src

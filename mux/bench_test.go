@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -162,9 +163,10 @@ func muxConnTable(tb testing.TB, flows int) *flow.ConnTable {
 }
 
 // ourMuxStages returns the Mux's pipeline over doc, wired as Mux.pipeline
-// wires it, with the connection table ct and the fixed next hop: a
-// Controller applies doc (rules, VIP addresses with their VNIs), then Parse →
-// uplinkVNI → ICMP → balance → encap → next hop → account.
+// wires it — one fused stage (see fused) — with the connection table ct
+// and the fixed next hop: a Controller applies doc (rules, VIP addresses
+// with their VNIs), then Parse → source filter → uplink VNI → ICMP →
+// balance → encap → next hop → account (no partial-checksum stage).
 func ourMuxStages(tb testing.TB, doc *control.Document, ct *flow.ConnTable) []engine.Stage {
 	stages, _ := ourMux(tb, doc, ct)
 	return stages
@@ -174,27 +176,58 @@ func ourMuxStages(tb testing.TB, doc *control.Document, ct *flow.ConnTable) []en
 // snapshot (Controller.Snapshot) a worker may run the stages with: the
 // range table of outbound allocations is read from there only.
 func ourMux(tb testing.TB, doc *control.Document, ct *flow.ConnTable) ([]engine.Stage, *Controller) {
+	ms, ctl := newTestMuxStages(tb, doc, ct, muxStagesOpts{})
+	f, err := newFused(ms)
+	require.NoError(tb, err)
+	return []engine.Stage{f}, ctl
+}
+
+// muxStagesOpts are the test knobs of newTestMuxStages.
+type muxStagesOpts struct {
+	// partial adds the partial-checksum stage, as the Mux has.
+	partial bool
+	// clock, when set, drives every clock of the stages (balance's table
+	// tick, encap's and ICMP's rate limits), in nanoseconds.
+	clock func() int64
+}
+
+// newTestMuxStages builds the Mux's stages over doc as Mux.pipeline does,
+// with the connection table ct and the fixed next hop, and the Controller
+// that applied doc.
+func newTestMuxStages(tb testing.TB, doc *control.Document, ct *flow.ConnTable, o muxStagesOpts) (muxStages, *Controller) {
 	rules := flow.NewRules()
 	ctl, err := NewController(ControllerConfig{Rules: rules, Checker: &fakeChecker{states: map[string]health.State{}},
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(tb, err)
 	require.NoError(tb, ctl.Apply(doc))
-	icmp, err := balance.NewICMP(balance.ICMPConfig{Rules: rules})
-	require.NoError(tb, err)
+	icfg := balance.ICMPConfig{Rules: rules}
 	// VIPShare 1: every flow of a benchmark is new at once, and the
 	// per-VIP share of new flows (a flood defence) would keep most of
 	// them out of the table; the timed part is the established steady
 	// state, where proven flows do not count against it anyway.
-	bal, err := balance.New(balance.Config{Rules: rules, Conns: ct, Hasher: flow.NewHasher(doc.HashSeed), VIPShare: 1})
+	bcfg := balance.Config{Rules: rules, Conns: ct, Hasher: flow.NewHasher(doc.HashSeed), VIPShare: 1}
+	ecfg := encap.EncapConfig{SourceV4: benchMuxSrc, DecrementTTL: true}
+	if c := o.clock; c != nil {
+		icfg.Now = func() time.Time { return time.Unix(0, c()) }
+		bcfg.Clock = func() flow.Tick { return flow.Ticks(time.Duration(c())) }
+		ecfg.Clock = c
+	}
+	icmp, err := balance.NewICMP(icfg)
 	require.NoError(tb, err)
-	enc, err := encap.NewEncap(encap.EncapConfig{SourceV4: benchMuxSrc, DecrementTTL: true})
+	bal, err := balance.New(bcfg)
+	require.NoError(tb, err)
+	enc, err := encap.NewEncap(ecfg)
 	require.NoError(tb, err)
 	nh, err := nexthop.NewStage(nexthop.StageConfig{Mode: nexthop.OuterDst, Ports: map[int]uint16{benchUplink: 0}}, benchHops)
 	require.NoError(tb, err)
 	acct := balance.NewAccount(balance.AccountConfig{Encapsulated: true, Rules: rules})
 	src, err := guard.NewSources(guard.SourcesConfig{Rules: rules, Node: []netip.Addr{benchMuxSrc}, Infra: filterPrefixes(doc)})
 	require.NoError(tb, err)
-	return []engine.Stage{engine.Parse{}, src, uplinkVNI{rules}, icmp, bal, enc, nh, acct}, ctl
+	ms := muxStages{sources: src, vni: uplinkVNI{rules}, icmp: icmp, bal: bal, enc: enc, nh: nh, acct: acct}
+	if o.partial {
+		ms.partial = engine.NewPartialChecksums()
+	}
+	return ms, ctl
 }
 
 // muxPeer is the Mux's job written the way one would with the usual Go

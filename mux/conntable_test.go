@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdplb/xdplb/balance"
 	"github.com/xdplb/xdplb/flow"
 )
 
@@ -50,8 +49,8 @@ func TestConnTableFleetHash(t *testing.T) {
 	require.Equal(t, doc.HashSeed, bench.Hasher().Seed())
 	var once int
 	for _, s := range ourMuxStages(t, doc, bench) {
-		if b, ok := s.(*balance.Stage); ok {
-			require.True(t, b.HashesOnce(), "the benchmark's balance stage hashes each packet twice")
+		if f, ok := s.(*fused); ok {
+			require.True(t, f.bal.HashesOnce(), "the benchmark's balance stage hashes each packet twice")
 			once++
 		}
 	}

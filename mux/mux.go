@@ -655,6 +655,8 @@ func (m *Mux) closeDataPath(dp *datapath.DataPath) {
 
 // pipeline builds Parse → source filter → partial checksums → uplink VNI → ICMP → balance
 // → encap (TTL) → next hop → account, for one worker, and adds its Account to the Mux's.
+// The stages run fused (see fused): the same work in two passes over a
+// batch.
 //
 // The Account stage comes last, after every stage that can still drop a
 // packet (encap: MTU, tunnel source, headroom; next hop: unresolved), so
@@ -694,7 +696,12 @@ func (m *Mux) pipeline(seed uint64, uplink int, resolver nexthop.Source, workers
 	m.accounts = append(m.accounts, acct)
 	m.balancers = append(m.balancers, bal)
 	m.mu.Unlock()
-	return engine.NewPipeline(engine.Parse{}, m.sources, m.partial, uplinkVNI{m.rules}, icmp, bal, enc, nh, acct), nil
+	f, err := newFused(muxStages{sources: m.sources, partial: m.partial, vni: uplinkVNI{m.rules}, icmp: icmp, bal: bal,
+		enc: enc, nh: nh, acct: acct})
+	if err != nil {
+		return nil, err
+	}
+	return engine.NewPipeline(f), nil
 }
 
 // The ports of every worker, by the data path builder's rule

@@ -44,17 +44,23 @@ func (s uplinkVNI) Process(b *engine.Batch) {
 		return
 	}
 	for _, p := range b.Packets() {
-		// One probe finds the rule, and with it the VNI; the rule is
-		// left in p.Rule for the balancing stage, which takes it after
-		// checking it against the key (flow.Snapshot.LookupHint) instead
-		// of probing again.
-		if r := snap.LookupUplink(&p.Key); r != nil {
-			p.Key.VNI = r.VIP.VNI
-			p.Rule = r
-			continue
-		}
-		if v, ok := snap.VIPAddrVNI(&p.Key.Dst, p.Key.Family); ok {
-			p.Key.VNI = v
-		}
+		uplinkPacket(snap, p)
+	}
+}
+
+// uplinkPacket is the stage's work on one packet of a batch whose
+// snapshot snap has VIPs in several VNIs.
+func uplinkPacket(snap *flow.Snapshot, p *engine.Packet) {
+	// One probe finds the rule, and with it the VNI; the rule is left in
+	// p.Rule for the balancing stage, which takes it after checking it
+	// against the key (flow.Snapshot.LookupHint) instead of probing
+	// again.
+	if r := snap.LookupUplink(&p.Key); r != nil {
+		p.Key.VNI = r.VIP.VNI
+		p.Rule = r
+		return
+	}
+	if v, ok := snap.VIPAddrVNI(&p.Key.Dst, p.Key.Family); ok {
+		p.Key.VNI = v
 	}
 }

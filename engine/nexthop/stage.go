@@ -203,6 +203,12 @@ func (s *Stage) Process(b *engine.Batch) {
 		s.process(b, last[:], 1)
 		return
 	}
+	s.process(b, c.e[:], s.generation(c))
+}
+
+// generation starts a batch on worker cache c and returns the generation
+// whose entries are valid in it.
+func (s *Stage) generation(c *hopCache) uint32 {
 	c.batches++
 	if s.vr == nil {
 		c.gen++ // answers live for this batch only
@@ -216,7 +222,7 @@ func (s *Stage) Process(b *engine.Batch) {
 		clear(c.e[:])
 		c.gen = 1
 	}
-	s.process(b, c.e[:], c.gen)
+	return c.gen
 }
 
 // process addresses b's packets through the direct-mapped cache e (a power
@@ -239,12 +245,12 @@ func (s *Stage) process(b *engine.Batch, e []hopEntry, gen uint32) {
 		h := &e[hopIndex(a0, a1, family)&mask]
 		if h.gen != gen || h.family != family || h.a0 != a0 || h.a1 != a1 {
 			if missReason != 0 && missFamily == family && missA0 == a0 && missA1 == a1 {
-				s.miss(b, p, missReason)
+				s.missDrop(b, p, missReason)
 				continue
 			}
 			if r := s.fill(h, a0, a1, family, gen); r != 0 {
 				missA0, missA1, missFamily, missReason = a0, a1, family, r
-				s.miss(b, p, r)
+				s.missDrop(b, p, r)
 				continue
 			}
 		}
@@ -255,14 +261,81 @@ func (s *Stage) process(b *engine.Batch, e []hopEntry, gen uint32) {
 	}
 }
 
-// miss handles a packet the stage cannot address: the slow path, or a
-// drop with reason r.
-func (s *Stage) miss(b *engine.Batch, p *engine.Packet, r engine.DropReason) {
-	if s.cfg.SlowPath {
-		p.OutPort = s.cfg.SlowPort
+// Pass is the stage's state for one batch — the worker's cache of answers
+// and the batch's last miss — for a caller that runs the stage packet by
+// packet among other stages' work (the Mux's fused stage): Begin, then
+// Packet for every packet in order, does what Process does.
+type Pass struct {
+	s    *Stage
+	e    []hopEntry // the worker's cache (a power of two in length); nil: last
+	mask uint64
+	gen  uint32 // entries of this generation are valid
+	// The last miss of this batch, so that a burst to an unresolved
+	// destination costs one lookup.
+	missA0, missA1 uint64
+	missFamily     uint8
+	missReason     engine.DropReason
+	last           [1]hopEntry // the cache of a batch without a worker index
+}
+
+// Begin readies ps for batch b.
+func (s *Stage) Begin(b *engine.Batch, ps *Pass) {
+	*ps = Pass{s: s}
+	c := s.caches.Get(b.Worker)
+	if c == nil {
+		// A worker index past engine.MaxWorkers: remember the last
+		// answer only (ps.last: pointing e at it would move the pass
+		// to the heap).
+		ps.gen = 1
 		return
 	}
-	b.Drop(p, r)
+	ps.e, ps.mask, ps.gen = c.e[:], hopCacheSize-1, s.generation(c)
+}
+
+// Packet addresses p to its next hop (Ethernet addresses, OutPort), or
+// sends it to the slow path, or returns why it must be dropped, which the
+// caller does (Batch.Drop).
+func (ps *Pass) Packet(p *engine.Packet) engine.DropReason {
+	s := ps.s
+	a0, a1, family := s.dest(p)
+	if family == 0 {
+		return engine.DropUnsupported
+	}
+	h := &ps.last[0]
+	if ps.e != nil {
+		h = &ps.e[hopIndex(a0, a1, family)&ps.mask]
+	}
+	if h.gen != ps.gen || h.family != family || h.a0 != a0 || h.a1 != a1 {
+		if ps.missReason != 0 && ps.missFamily == family && ps.missA0 == a0 && ps.missA1 == a1 {
+			return s.miss(p, ps.missReason)
+		}
+		if r := s.fill(h, a0, a1, family, ps.gen); r != 0 {
+			ps.missA0, ps.missA1, ps.missFamily, ps.missReason = a0, a1, family, r
+			return s.miss(p, r)
+		}
+	}
+	eth := header.Ethernet(p.Data())
+	eth.SetDst(h.dst)
+	eth.SetSrc(h.src)
+	p.OutPort = h.out
+	return 0
+}
+
+// miss handles a packet the stage cannot address: the slow path (0), or
+// the drop reason r.
+func (s *Stage) miss(p *engine.Packet, r engine.DropReason) engine.DropReason {
+	if s.cfg.SlowPath {
+		p.OutPort = s.cfg.SlowPort
+		return 0
+	}
+	return r
+}
+
+// missDrop is miss for Process: it drops p with the reason miss returns.
+func (s *Stage) missDrop(b *engine.Batch, p *engine.Packet, r engine.DropReason) {
+	if r = s.miss(p, r); r != 0 {
+		b.Drop(p, r)
+	}
 }
 
 // fill asks the resolver for a destination and caches the answer in e, or

@@ -1,0 +1,203 @@
+package mux
+
+import (
+	"errors"
+	"math/bits"
+
+	"github.com/xdplb/xdplb/balance"
+	"github.com/xdplb/xdplb/encap"
+	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/engine/nexthop"
+	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/guard"
+)
+
+// muxStages are the stages of the Mux's pipeline after Parse, in order:
+// source filter → partial checksums → uplink VNI → ICMP → balance → encap
+// (TTL) → next hop → account. Partial may be nil (no partial-checksum
+// stage).
+type muxStages struct {
+	sources *guard.Sources
+	partial *engine.PartialChecksums
+	vni     uplinkVNI
+	icmp    *balance.ICMP
+	bal     *balance.Stage
+	enc     *encap.Encap
+	nh      *nexthop.Stage
+	acct    *balance.Account
+}
+
+// stages returns the stages in pipeline order, Parse first.
+func (m *muxStages) stages() []engine.Stage {
+	s := []engine.Stage{engine.Parse{}, m.sources}
+	if m.partial != nil {
+		s = append(s, m.partial)
+	}
+	return append(s, m.vni, m.icmp, m.bal, m.enc, m.nh, m.acct)
+}
+
+// fused is the Mux's pipeline as one stage: the same work as the
+// separate stages of muxStages (engine.NewPipeline(m.stages()...)), with
+// the same output bytes, drop reasons and counters, in five loops over
+// the batch instead of ten (nine without the partial-checksum stage; the
+// balance stage makes two).
+//
+// Parse runs over the whole batch first. A batch with a packet the ICMP
+// stage handles (balance.ICMPHandles: echo requests, ICMP errors) then
+// runs through the separate stages, as the pipeline would run it. Any
+// other batch — the common case, TCP and UDP to VIPs — runs through the
+// stages' per-packet steps, each packet in the stages' order: pass 1
+// filters its source, completes a partial checksum and sets the uplink
+// VNI; pass 2 finds the rule and hash and starts the connection-table
+// lookup (balance.Pass.Prepare), pass 3 finishes it and places the flow
+// (balance.Pass.Place), as the balance stage's own two passes do, so the
+// table's cache misses of a whole batch overlap; pass 4 encapsulates,
+// addresses to the next hop and counts. A packet a step drops skips the
+// later steps, and one encap answers with an ICMP error (Batch.Emit)
+// skips the next hop and the count, as the separate stages' pipeline
+// would have removed it from the batch; a stage's per-batch step
+// (Begin) runs only when a packet reaches it, as the pipeline calls a
+// stage only while the batch has packets. The ICMP stage leaves every
+// other packet as it is, so skipping it changes nothing.
+//
+// TestFusedAgrees and FuzzFused run the same frames through both and
+// compare every output byte and every counter.
+type fused struct {
+	muxStages
+	rules *flow.Rules      // for batches without a worker snapshot (uplinkVNI's)
+	slow  *engine.Pipeline // the stages after Parse, for batches with ICMP
+}
+
+// newFused returns the fused stage of m.
+func newFused(m muxStages) (*fused, error) {
+	if m.sources == nil || m.icmp == nil || m.bal == nil || m.enc == nil || m.nh == nil || m.acct == nil {
+		return nil, errors.New("mux: a stage of the fused pipeline is missing")
+	}
+	return &fused{muxStages: m, rules: m.vni.rules, slow: engine.NewPipeline(m.stages()[1:]...)}, nil
+}
+
+// Process implements engine.Stage.
+func (f *fused) Process(b *engine.Batch) {
+	icmp := false
+	for _, p := range b.Packets() {
+		if r := engine.ParsePacket(p, 0); r != 0 {
+			b.Drop(p, r)
+			continue
+		}
+		icmp = icmp || balance.ICMPHandles(p)
+	}
+	b.Compact()
+	if icmp {
+		f.slow.Process(b)
+		return
+	}
+	pkts := b.Packets()
+	if len(pkts) == 0 {
+		return
+	}
+
+	// Pass 1: source filter, partial checksum, uplink VNI.
+	src := f.sources.Begin(b)
+	snap := b.Rules(f.rules)
+	var vni uint32
+	multi := false // the VIPs are in several VNIs: one probe per packet
+	if snap != nil {
+		var single bool
+		vni, single = snap.SingleVNI()
+		multi = !single
+	}
+	var completed uint64
+	live := 0
+	for _, p := range pkts {
+		if r := src.Check(p); r != 0 {
+			b.Drop(p, r)
+			continue
+		}
+		live++
+		if f.partial != nil && engine.Complete(p) {
+			completed++
+		}
+		if multi {
+			uplinkPacket(snap, p)
+		} else if vni != 0 {
+			p.Key.VNI = vni
+		}
+	}
+	if f.partial != nil {
+		f.partial.Count(b, completed)
+	}
+	if live == 0 {
+		return // the pipeline would stop here: no stage's pass begins
+	}
+
+	// Pass 2: the first half of balance — rules, hashes, and the
+	// connection table's lookups started — in a loop of its own: at 1M
+	// flows its prefetches issued back to back cost less than with the
+	// source filter's and uplink VNI's work in between (measured; see
+	// benchmarks/README.md, session 10).
+	var bal balance.Pass
+	f.bal.Begin(b, &bal)
+	var place uint64 // the packets Place finishes
+	for i, p := range pkts {
+		if p.Verdict != engine.VerdictTX {
+			continue // dropped in pass 1
+		}
+		r, pl := bal.Prepare(i, p)
+		if r != 0 {
+			b.Drop(p, r)
+			continue
+		}
+		if pl {
+			place |= 1 << uint(i)
+		}
+	}
+	// Pass 3: the second half of balance.
+	for ; place != 0; place &= place - 1 {
+		i := bits.TrailingZeros64(place)
+		p := pkts[i]
+		if r := bal.Place(i, p); r != 0 {
+			b.Drop(p, r)
+		}
+	}
+	bal.End()
+
+	// Each of the next stages' passes begins at the first packet that
+	// reaches it, as the pipeline calls a stage only while the batch has
+	// packets left.
+	var (
+		nh       nexthop.Pass
+		acct     balance.AccountPass
+		nhOn, on bool
+	)
+	// Pass 4: encap, next hop, account.
+	for _, p := range pkts {
+		if p.Verdict != engine.VerdictTX {
+			continue // dropped
+		}
+		if r := f.enc.Packet(b, p); r != 0 {
+			b.Drop(p, r)
+			continue
+		}
+		if p.Verdict == engine.VerdictEmit {
+			continue // answered with an ICMP error: finished
+		}
+		if !nhOn {
+			f.nh.Begin(b, &nh)
+			nhOn = true
+		}
+		if r := nh.Packet(p); r != 0 {
+			b.Drop(p, r)
+			continue
+		}
+		if !on {
+			acct = f.acct.Begin(b)
+			on = true
+		}
+		acct.Packet(p)
+	}
+	if on {
+		acct.End()
+	}
+}
+
+var _ engine.Stage = (*fused)(nil)
