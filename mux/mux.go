@@ -13,7 +13,8 @@
 // encapsulation decrements the inner TTL / hop limit, since the Mux routes
 // the packet: see package guard; the partial-checksum stage completes the
 // TCP/UDP checksums that senders on the same machine leave to offload; see
-// engine.PartialChecksums)
+// engine.PartialChecksums; the worker runs these stages fused as one, with
+// the same output, in fewer loops over a batch: see fused.go)
 // and announces the VIPs that can be served over BGP (bgp).
 //
 // # Returning traffic of outbound connections
