@@ -51,21 +51,11 @@ func NewPartialChecksums() *PartialChecksums { return &PartialChecksums{} }
 func (s *PartialChecksums) Process(b *Batch) {
 	var n uint64
 	for _, p := range b.Packets() {
-		if p.Flags&(FlagL4|FlagFragment) != FlagL4 || p.L4Proto != flow.ProtoTCP && p.L4Proto != flow.ProtoUDP {
-			continue
-		}
-		if completePartial(p) {
+		if Complete(p) {
 			n++
 		}
 	}
-	if n == 0 {
-		return
-	}
-	if c := s.counts.Get(b.Worker); c != nil {
-		c.n.Add(n)
-	} else {
-		s.other.Add(n)
-	}
+	s.Count(b, n)
 }
 
 // Complete completes p's TCP or UDP checksum if it is partial and reports

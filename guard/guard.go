@@ -226,18 +226,9 @@ type PrefixSource interface {
 // snapshot's when it carries one (PrefixSource), else the stage's own
 // (Store, SetPrefixes).
 func (s *Sources) Process(b *engine.Batch) {
-	var snap *flow.Snapshot
-	if s.rules != nil {
-		snap = b.Rules(s.rules)
-	}
-	set := s.set.Load()
-	if ps, ok := b.Snapshot.(PrefixSource); ok {
-		if p := ps.SourcePrefixes(); p != nil {
-			set = p
-		}
-	}
+	c := s.Begin(b)
 	for _, p := range b.Packets() {
-		if r := s.check(snap, set, p); r != 0 {
+		if r := c.Check(p); r != 0 {
 			b.Drop(p, r)
 		}
 	}
