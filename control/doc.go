@@ -79,8 +79,8 @@
 //	hosts           none      hosts and VMs, for Host Agents (below)
 //	vip_addresses   none      a Host Agent's view only (package fleet writes it): every VIP
 //	                          address of the fleet, for the client filters of a Host Agent
-//	                          whose vips are only those its VMs serve; unique; a Mux refuses
-//	                          a document with it
+//	                          whose vips are only those its VMs serve; unique; a Mux, and
+//	                          fleet.Apply (xdplbctl apply), refuse a document with it
 //
 // bgp:
 //

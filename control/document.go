@@ -94,8 +94,8 @@ type Document struct {
 	// Host Agent's view of a fleet document (package fleet), whose VIPs
 	// are only those its VMs serve: its client filters (src_vip) drop
 	// packets from these as from its VIPs' (flow.NewSnapshotAddrs). A
-	// fleet's document does not set it, and a Mux refuses a document that
-	// does (it is a Host Agent's view, not the fleet's VIPs).
+	// fleet's document does not set it: a Mux, and fleet.Apply, refuse a
+	// document that does (it is a Host Agent's view, not the fleet's VIPs).
 	VIPAddresses []netip.Addr
 }
 

@@ -79,8 +79,9 @@ func readDocument(ctx context.Context, c *clientv3.Client, k keys) (docs, commit
 // Apply writes text, a document that doc is the parse of (the caller
 // parses it, e.g. with control.Load, so errors name its file), as the
 // fleet's document, with every host's view of it (HostView). It refuses
-// a version that is not above the stored one (control.ErrStaleVersion),
-// and writes with compare-and-swap transactions on the stored revision,
+// a version that is not above the stored one (control.ErrStaleVersion)
+// and a document with vip_addresses (ErrViewApplied: a Host Agent's view,
+// whose vips are one host's, not the fleet's), and writes with compare-and-swap transactions on the stored revision,
 // so a concurrent Apply makes one of them fail (ErrConcurrentWrite, or
 // ErrApplyInProgress while another one writes its views) rather than
 // lose a change. by says who writes (user@host). It returns the revision
@@ -129,9 +130,17 @@ type applyLimits struct {
 	afterViews func(n int) error
 }
 
+// ErrViewApplied is returned by Apply for a document with vip_addresses:
+// a Host Agent's view (HostView, or a file written from one), not a
+// fleet's document; every Mux would refuse it.
+var ErrViewApplied = errors.New("fleet: the document has vip_addresses: it is a Host Agent's view, not the fleet's document")
+
 func apply(ctx context.Context, c *clientv3.Client, prefix string, text []byte, doc *control.Document, by string, lim applyLimits) (int64, error) {
 	if doc == nil {
 		return 0, errors.New("fleet: Apply without a parsed document")
+	}
+	if len(doc.VIPAddresses) > 0 {
+		return 0, fmt.Errorf("%w (its vips are only one host's; apply the fleet's document, which Apply writes the views from)", ErrViewApplied)
 	}
 	if len(text) > control.MaxDocumentSize {
 		return 0, fmt.Errorf("fleet: document of %d bytes, above the %d-byte limit", len(text), control.MaxDocumentSize)

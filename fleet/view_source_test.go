@@ -462,3 +462,16 @@ func TestMuxSourceSkipsVersionOnlyChanges(t *testing.T) {
 	assert.Equal(t, []uint64{1, 3, 5}, n.versions())
 	assert.EqualValues(t, 3, parses.Load())
 }
+
+// TestApplyRefusesView: a Host Agent's view (it has vip_addresses) is not
+// a fleet's document: Apply refuses it and writes nothing.
+func TestApplyRefusesView(t *testing.T) {
+	e := startEtcd(t)
+	_, err := e.applyDoc(hostsDoc(1, 2, ""), applyLimits{})
+	require.NoError(t, err)
+	rev := e.modRev(DefaultPrefix + "document")
+	view := []byte(strings.Replace(viewOf(t, hostsDoc(2, 2, ""), "h0"), "version: 2", "version: 3", 1))
+	_, err = e.applyDoc(view, applyLimits{})
+	require.ErrorIs(t, err, ErrViewApplied)
+	assert.Equal(t, rev, e.modRev(DefaultPrefix+"document"), "nothing written")
+}
