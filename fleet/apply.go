@@ -81,8 +81,9 @@ func readDocument(ctx context.Context, c *clientv3.Client, k keys) (docs, commit
 // fleet's document, with every host's view of it (HostView). It refuses
 // a version that is not above the stored one (control.ErrStaleVersion)
 // and a document with vip_addresses (ErrViewApplied: a Host Agent's view,
-// whose vips are one host's, not the fleet's), and writes with compare-and-swap transactions on the stored revision,
-// so a concurrent Apply makes one of them fail (ErrConcurrentWrite, or
+// whose vips are one host's, not the fleet's), and writes with
+// compare-and-swap transactions on the stored revision, so a concurrent
+// Apply makes one of them fail (ErrConcurrentWrite, or
 // ErrApplyInProgress while another one writes its views) rather than
 // lose a change. by says who writes (user@host). It returns the revision
 // written.

@@ -90,16 +90,16 @@ type views struct {
 	bare    []control.VIP
 	bareSum [][sha256.Size]byte
 	// vipText is each VIP's text without backends (control.MarshalVIP),
-	// made once by text.
-	vipTextOnce sync.Once
-	vipText     [][]byte
-	vipTextErr  error
+	// made by text the first time a view that lists the VIP is written.
+	vipOnce []sync.Once
+	vipText [][]byte
 }
 
 func newViews(doc *control.Document) *views {
 	vs := &views{doc: doc, owner: map[vniAddr]int{}, natVMs: map[vniAddr]bool{},
 		backends: make([][][2]int, len(doc.Hosts)), vips: make([][]int, len(doc.Hosts)), outbound: make([][]int, len(doc.Hosts)),
-		bare: make([]control.VIP, len(doc.VIPs)), bareSum: make([][sha256.Size]byte, len(doc.VIPs))}
+		bare: make([]control.VIP, len(doc.VIPs)), bareSum: make([][sha256.Size]byte, len(doc.VIPs)),
+		vipOnce: make([]sync.Once, len(doc.VIPs)), vipText: make([][]byte, len(doc.VIPs))}
 	for i := range doc.Hosts {
 		for _, vm := range doc.Hosts[i].VMs {
 			vs.owner[vniAddr{vm.VNI, vm.Address}] = i
@@ -239,34 +239,26 @@ func (vs *views) view(hi int) *control.Document {
 
 // text returns host hi's view as a document's text, without its
 // VIPAddresses (stored once for every view: addrsText): each VIP's text
-// without backends is encoded once (the first call encodes them all, on
-// every core) and copied into the views that list it, followed by the
-// host's backends (MarshalVIPs): encoding a thousand views whole was
-// most of an apply that changed them all.
+// without backends is encoded once, by the first view written that lists
+// it (views are written on every core), and copied into the others that
+// do, followed by the host's backends (MarshalVIPs): an apply that
+// changes a thousand views encodes each VIP once, one that changes a
+// view encodes only its VIPs.
 func (vs *views) text(hi int) ([]byte, error) {
-	vs.vipTextOnce.Do(func() {
-		vs.vipText = make([][]byte, len(vs.bare))
-		errs := make([]error, len(vs.bare))
-		parallel(len(vs.vipText), func(i int) {
-			if vs.doc.VIPs[i].InboundNAT == "" {
-				vs.vipText[i], errs[i] = control.MarshalVIP(&vs.bare[i])
-			}
-		})
-		vs.vipTextErr = errors.Join(errs...)
-	})
-	if vs.vipTextErr != nil {
-		return nil, vs.vipTextErr
-	}
 	v := vs.view(hi)
 	v.VIPAddresses = nil
 	// The host's VIPs come first, in vs.vips[hi]'s order; an inbound NAT
 	// rule's VIP is written under inbound_nat.
 	own := vs.vips[hi]
 	return v.MarshalVIPs(func(i int) []byte {
-		if i < len(own) {
-			return vs.vipText[own[i]]
+		if i >= len(own) {
+			return nil
 		}
-		return nil
+		j := own[i]
+		vs.vipOnce[j].Do(func() {
+			vs.vipText[j], _ = control.MarshalVIP(&vs.bare[j]) // on error nil: MarshalVIPs encodes it and reports it
+		})
+		return vs.vipText[j]
 	})
 }
 
