@@ -192,16 +192,7 @@ func (t *Tracker) run(doc *Document, o Origin, attrs ...any) {
 // the first apply there is nothing to advance: it returns an error
 // without recording it. It reports whether the version advanced.
 func (t *Tracker) Advance(v uint64, o Origin) (bool, error) {
-	cur, err := t.above(v, o)
-	if cur == nil {
-		return false, err
-	}
-	doc := *cur
-	doc.Version = v
-	// The running text's hash and canonical text were version cur's.
-	t.appliedHashed, t.appliedText = false, nil
-	t.run(&doc, o, "from", cur.Version, "unchanged", true)
-	return true, nil
+	return t.step(v, o, nil, nil, "unchanged")
 }
 
 // Amend applies version v without a parse: the running document with
@@ -213,20 +204,32 @@ func (t *Tracker) Advance(v uint64, o Origin) (bool, error) {
 // It refuses what Advance refuses, and records apply's error as Offer
 // does. It reports whether it applied version v.
 func (t *Tracker) Amend(v uint64, o Origin, change func(*Document), apply func(*Document) error) (bool, error) {
+	return t.step(v, o, change, apply, "amended")
+}
+
+// step makes version v at o the running document without a parse: the
+// running one with Version v, changed by change and applied by apply
+// when they are not nil (Advance, Amend); how says which in the log.
+func (t *Tracker) step(v uint64, o Origin, change func(*Document), apply func(*Document) error, how string) (bool, error) {
 	cur, err := t.above(v, o)
 	if cur == nil {
 		return false, err
 	}
 	doc := *cur
 	doc.Version = v
-	change(&doc)
-	if err := apply(&doc); err != nil {
-		err = fmt.Errorf("control: apply version %d: %w", doc.Version, err)
-		t.Refuse(err, ReasonApply)
-		return false, err
+	if change != nil {
+		change(&doc)
 	}
+	if apply != nil {
+		if err := apply(&doc); err != nil {
+			err = fmt.Errorf("control: apply version %d: %w", doc.Version, err)
+			t.Refuse(err, ReasonApply)
+			return false, err
+		}
+	}
+	// The running text's hash and canonical text were version cur's.
 	t.appliedHashed, t.appliedText = false, nil
-	t.run(&doc, o, "from", cur.Version, "amended", true)
+	t.run(&doc, o, "from", cur.Version, how, true)
 	return true, nil
 }
 
