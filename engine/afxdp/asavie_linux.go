@@ -5,6 +5,7 @@ package afxdp
 import (
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/asavie/xdp"
 	"golang.org/x/sys/unix"
@@ -109,6 +110,7 @@ func (a *asavieSock) receive(p *Port, b *engine.Batch, pool []engine.Packet, inP
 	var bytes uint64
 	for i, d := range descs {
 		base := d.Addr &^ a.mask
+		prefetchFrame(unsafe.Pointer(&a.umem[d.Addr]))
 		pk := &pool[i]
 		pk.SetBuffer(p, base, a.umem[base:base+fs:base+fs], int(d.Addr-base), int(d.Len), inPort)
 		b.Append(pk)

@@ -74,6 +74,19 @@
 // enough for a 1500-byte MTU; larger MTUs need 4096-byte chunks (multi-
 // buffer frames are not supported).
 //
+// # Memory the data path touches
+//
+// A UMEM of 2 MiB or more (RingXDPLB) starts on a huge-page boundary and
+// is advised for transparent huge pages (MADV_HUGEPAGE; systems in THP
+// mode "madvise", a common default, back a mapping with huge pages only
+// when asked): the fill ring hands out chunks across the whole UMEM, so
+// with 4 KiB pages nearly every frame is also a TLB miss. Receive asks
+// the CPU for each frame's first cache line and the line in front of it
+// (where an encapsulating stage writes its outer headers) as it takes the
+// batch off the RX ring, before any stage runs, so the misses on frames
+// the kernel or a NIC has just written overlap instead of stalling the
+// parser one frame at a time.
+//
 // # Failure
 //
 // When the interface is unregistered (deleted, moved to another

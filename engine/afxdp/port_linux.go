@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -233,6 +234,7 @@ func (p *Port) Receive(b *engine.Batch, pool []engine.Packet, inPort uint16) int
 			}
 			continue
 		}
+		prefetchFrame(unsafe.Pointer(&p.umem[d.Addr]))
 		pk := &pool[got]
 		pk.SetBuffer(p, base, p.umem[base:base+fs:base+fs], int(off), int(d.Len), inPort)
 		b.Append(pk)
