@@ -81,8 +81,9 @@
 // mode "madvise", a common default, back a mapping with huge pages only
 // when asked): the fill ring hands out chunks across the whole UMEM, so
 // with 4 KiB pages nearly every frame is also a TLB miss. Receive asks
-// the CPU for each frame's first cache line and the line in front of it
-// (where an encapsulating stage writes its outer headers) as it takes the
+// the CPU for each frame's first cache line, the line in front of it
+// (where an encapsulating stage writes its outer headers) and the line
+// after it (where a VXLAN frame's inner headers start) as it takes the
 // batch off the RX ring, before any stage runs, so the misses on frames
 // the kernel or a NIC has just written overlap instead of stalling the
 // parser one frame at a time.
