@@ -1,14 +1,12 @@
 package flow
 
 import (
-	"bufio"
-	"fmt"
-	"os"
-	"strings"
 	"testing"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdplb/xdplb/internal/lab/benchutil"
 )
 
 // TestConnTableHugePages: the buckets of a large table lie in memory
@@ -21,32 +19,9 @@ func TestConnTableHugePages(t *testing.T) {
 		uintptr(unsafe.Pointer(&ct.v4.b[len(ct.v4.b)/2])),
 		uintptr(unsafe.Pointer(&ct.v6.b[len(ct.v6.b)/2])),
 	} {
-		flags, ok := vmFlags(t, b)
+		flags, ok, err := benchutil.VMFlags(b)
+		require.NoError(t, err)
 		require.True(t, ok, "no mapping holds the table")
-		require.Contains(t, strings.Fields(flags), "hg", "VmFlags: %s", flags)
+		require.Contains(t, flags, "hg", "VmFlags: %v", flags)
 	}
-}
-
-// vmFlags returns the VmFlags of the mapping that holds address a.
-func vmFlags(t *testing.T, a uintptr) (string, bool) {
-	f, err := os.Open("/proc/self/smaps")
-	if err != nil {
-		t.Skipf("no /proc/self/smaps: %v", err)
-	}
-	defer f.Close()
-	in := false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		var lo, hi uintptr
-		if n, _ := fmt.Sscanf(line, "%x-%x ", &lo, &hi); n == 2 {
-			in = lo <= a && a < hi
-			continue
-		}
-		if in && strings.HasPrefix(line, "VmFlags:") {
-			return strings.TrimSpace(strings.TrimPrefix(line, "VmFlags:")), true
-		}
-	}
-	require.NoError(t, sc.Err())
-	return "", false
 }

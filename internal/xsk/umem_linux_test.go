@@ -3,15 +3,14 @@
 package xsk
 
 import (
-	"bufio"
 	"fmt"
-	"os"
-	"strings"
 	"testing"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/xdplb/xdplb/internal/lab/benchutil"
 )
 
 // TestMapUMEM checks the UMEM's mapping: the size asked for, zeroed and
@@ -41,7 +40,9 @@ func TestMapUMEM(t *testing.T) {
 			require.True(t, a >= m && a+uintptr(tc.size) <= m+uintptr(len(mapping)), "the UMEM lies in its mapping")
 			require.Zero(t, umem[0]|umem[tc.size-1])
 			umem[0], umem[tc.size-1] = 1, 2
-			flags := vmFlags(t, a)
+			flags, ok, err := benchutil.VMFlags(a)
+			require.NoError(t, err)
+			require.True(t, ok, "no mapping holds the UMEM")
 			if tc.huge {
 				require.Zero(t, a%hugePageSize, "UMEM at %#x: not on a huge-page boundary", a)
 				require.Contains(t, flags, "hg", "UMEM not advised for huge pages: VmFlags %v", flags)
@@ -50,31 +51,4 @@ func TestMapUMEM(t *testing.T) {
 			}
 		})
 	}
-}
-
-// vmFlags returns the VmFlags of the mapping of this process that holds
-// address a, from /proc/self/smaps.
-func vmFlags(t *testing.T, a uintptr) []string {
-	f, err := os.Open("/proc/self/smaps")
-	require.NoError(t, err)
-	defer f.Close()
-	in := false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if f := strings.Fields(line); len(f) >= 5 && !strings.HasSuffix(f[0], ":") {
-			// A mapping's first line: "lo-hi perms offset dev inode [path]".
-			var lo, hi uintptr
-			if _, err := fmt.Sscanf(f[0], "%x-%x", &lo, &hi); err == nil {
-				in = a >= lo && a < hi
-			}
-			continue
-		}
-		if in && strings.HasPrefix(line, "VmFlags:") {
-			return strings.Fields(strings.TrimPrefix(line, "VmFlags:"))
-		}
-	}
-	require.NoError(t, sc.Err())
-	t.Fatalf("no mapping holds %#x", a)
-	return nil
 }

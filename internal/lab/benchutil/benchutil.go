@@ -3,6 +3,10 @@
 // packet next to wall time. On a machine shared with other work the wall
 // time of a single-threaded benchmark counts the time its thread waited
 // for a core; its thread's CPU time does not.
+//
+// On Linux, VMFlags reads how the memory at an address is mapped (advised
+// for huge pages or not), for tests of memory the data path touches at
+// random.
 package benchutil
 
 import (
