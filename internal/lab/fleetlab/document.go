@@ -42,7 +42,8 @@ type VM struct {
 	Weight uint32
 }
 
-// Service is one VIP of a lab document, served by every VM of the pool.
+// Service is one VIP of a lab document, served by every VM of the pool,
+// or by those Backends names.
 type Service struct {
 	Name  string
 	Addr  netip.Addr // the VIP
@@ -54,6 +55,11 @@ type Service struct {
 	// Probe is the backends' health check, with every field set (as
 	// control.Parse would fill it in); nil for none.
 	Probe *health.Spec
+	// Backends, when set, names the VMs of the pool (Doc.Pool, or
+	// Doc.Pool6 for an IPv6 VIP) that serve the service, in pool order;
+	// nil: every VM of the pool. The hosts section lists every VM of the
+	// pool either way.
+	Backends []string
 }
 
 // Host is one physical host of a lab document.
@@ -89,7 +95,8 @@ type Doc struct {
 	// Host Agents accept tunnel traffic from nothing else, and refuse a
 	// document without them.
 	MuxPrefixes []netip.Prefix
-	// Services are the VIPs, each served by the whole Pool.
+	// Services are the VIPs, each served by the whole Pool or by its
+	// Backends.
 	Services []Service
 	// Pool are the backends of every service and, on their hosts, the VM
 	// ports.
@@ -113,7 +120,8 @@ type Doc struct {
 
 // Document returns d as a control.Document with every default resolved,
 // so that control.Parse(Marshal(Document())) gives it back. It panics if a
-// VM names a host that Hosts does not have.
+// VM names a host that Hosts does not have. A service whose Backends
+// names no VM of its pool has no backends (the parser refuses it).
 func (d *Doc) Document() *control.Document {
 	doc := &control.Document{
 		Version:       d.Version,
@@ -132,6 +140,9 @@ func (d *Doc) Document() *control.Document {
 			pool = d.Pool6
 		}
 		for _, vm := range pool {
+			if s.Backends != nil && !slices.Contains(s.Backends, vm.Name) {
+				continue
+			}
 			w := vm.Weight
 			if w == 0 {
 				w = control.DefaultWeight

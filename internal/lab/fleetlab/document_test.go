@@ -183,3 +183,37 @@ func TestDocOutboundPool(t *testing.T) {
 	require.NoError(t, err, "%s", text)
 	require.Equal(t, doc.Outbound, got.Outbound)
 }
+
+// TestServiceBackends: a service with Backends is served by those VMs of
+// the pool only, the others by the whole pool, and the hosts section
+// lists every VM of the pool.
+func TestServiceBackends(t *testing.T) {
+	svcs := []fleetlab.Service{
+		{Name: "a", Addr: fleetlab.FleetVIP, Proto: flow.ProtoTCP, Port: 80, VNI: fleetlab.FleetVNI, DIPPort: 8080,
+			Backends: []string{"vm11", "vm12"}},
+		{Name: "b", Addr: netip.MustParseAddr("198.18.100.2"), Proto: flow.ProtoTCP, Port: 80, VNI: fleetlab.FleetVNI,
+			DIPPort: 8080, Backends: []string{"vm22"}},
+		{Name: "all", Addr: netip.MustParseAddr("198.18.100.3"), Proto: flow.ProtoTCP, Port: 80, VNI: fleetlab.FleetVNI,
+			DIPPort: 8080},
+	}
+	d := fleetlab.FleetShared(1, true, svcs, fleetlab.FleetVMs(), nil)
+	text, err := d.Marshal()
+	require.NoError(t, err)
+	doc, err := control.Parse(text)
+	require.NoError(t, err, "%s", text)
+	require.Equal(t, d.Document(), doc)
+	names := func(v control.VIP) []string {
+		var out []string
+		for _, b := range v.Backends {
+			out = append(out, b.Name)
+		}
+		return out
+	}
+	require.Len(t, doc.VIPs, 3)
+	require.Equal(t, []string{"vm11", "vm12"}, names(doc.VIPs[0]))
+	require.Equal(t, []string{"vm22"}, names(doc.VIPs[1]))
+	require.Equal(t, []string{"vm11", "vm12", "vm21", "vm22"}, names(doc.VIPs[2]))
+	require.Len(t, doc.Hosts, 2)
+	require.Len(t, doc.Hosts[0].VMs, 2)
+	require.Len(t, doc.Hosts[1].VMs, 2)
+}
