@@ -30,7 +30,12 @@
 //     run from an embedded etcd, its document applied with xdplbctl,
 //     whose host has two tenants' VMs with one address in two VNIs: one
 //     stops, the other keeps its traffic, xdplbctl status shows both
-//     (TestFleetOverlappingTenants, fleet_overlap_*);
+//     (TestFleetOverlappingTenants, fleet_overlap_*); and a fleet on an
+//     embedded etcd whose VIPs are each served by one host's VMs, where a
+//     Host Agent drops as src_vip real packets claiming a VIP it knows
+//     only from views.vips — one of the other host, and one added later
+//     without its view changing (TestFleetEtcdOtherHostsVIPFiltered,
+//     fleet_vipfilter_*);
 //   - outbound_*: the fleet's VMs opening connections to an "internet"
 //     namespace behind the router with the VIP as their source (source
 //     NAT): 4,000 concurrent TCP connections, UDP, an ICMP error and
