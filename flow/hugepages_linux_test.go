@@ -14,6 +14,9 @@ import (
 // (Not the converse for a small table: the Go heap may place it where a
 // freed large table was advised before.)
 func TestConnTableHugePages(t *testing.T) {
+	if !benchutil.THP() {
+		t.Skip("this kernel has no transparent huge pages")
+	}
 	ct := newCT(t, ConnTableConfig{Capacity: 1 << 20})
 	for _, b := range []uintptr{
 		uintptr(unsafe.Pointer(&ct.v4.b[len(ct.v4.b)/2])),

@@ -76,7 +76,7 @@
 //
 // # Memory the data path touches
 //
-// A UMEM of 2 MiB or more (RingXDPLB) starts on a huge-page boundary and
+// A UMEM of 2 MiB or more (RingOwn) starts on a huge-page boundary and
 // is advised for transparent huge pages (MADV_HUGEPAGE; systems in THP
 // mode "madvise", a common default, back a mapping with huge pages only
 // when asked): the fill ring hands out chunks across the whole UMEM, so

@@ -11,7 +11,7 @@ import (
 // address a, as /proc/self/smaps lists them ("hg": advised for
 // transparent huge pages), and false when no mapping holds a. Tests use
 // it to check that memory the data path touches at random was advised
-// for huge pages.
+// for huge pages (see THP for kernels without them).
 func VMFlags(a uintptr) ([]string, bool, error) {
 	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
@@ -25,9 +25,8 @@ func VMFlags(a uintptr) ([]string, bool, error) {
 		if fs := strings.Fields(line); len(fs) >= 5 && !strings.HasSuffix(fs[0], ":") {
 			// A mapping's first line: "lo-hi perms offset dev inode [path]".
 			var lo, hi uintptr
-			if _, err := fmt.Sscanf(fs[0], "%x-%x", &lo, &hi); err == nil {
-				in = lo <= a && a < hi
-			}
+			_, err := fmt.Sscanf(fs[0], "%x-%x", &lo, &hi)
+			in = err == nil && lo <= a && a < hi
 			continue
 		}
 		if in && strings.HasPrefix(line, "VmFlags:") {
@@ -35,4 +34,13 @@ func VMFlags(a uintptr) ([]string, bool, error) {
 		}
 	}
 	return nil, false, sc.Err()
+}
+
+// THP says the kernel has transparent huge pages
+// (/sys/kernel/mm/transparent_hugepage exists): without them madvise
+// MADV_HUGEPAGE fails and no mapping is flagged "hg", which the code
+// advising it treats as a matter of speed only.
+func THP() bool {
+	_, err := os.Stat("/sys/kernel/mm/transparent_hugepage")
+	return err == nil
 }

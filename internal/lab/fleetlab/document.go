@@ -1,6 +1,7 @@
 package fleetlab
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -56,8 +57,9 @@ type Service struct {
 	// control.Parse would fill it in); nil for none.
 	Probe *health.Spec
 	// Backends, when set, names the VMs of the pool (Doc.Pool, or
-	// Doc.Pool6 for an IPv6 VIP) that serve the service, in pool order;
-	// nil: every VM of the pool. The hosts section lists every VM of the
+	// Doc.Pool6 for an IPv6 VIP) that serve the service (listed in pool
+	// order whatever the order here; Document panics on a name not in
+	// the pool); nil: every VM of the pool. The hosts section lists every VM of the
 	// pool either way.
 	Backends []string
 }
@@ -120,8 +122,8 @@ type Doc struct {
 
 // Document returns d as a control.Document with every default resolved,
 // so that control.Parse(Marshal(Document())) gives it back. It panics if a
-// VM names a host that Hosts does not have. A service whose Backends
-// names no VM of its pool has no backends (the parser refuses it).
+// VM names a host that Hosts does not have, or a service's Backends a VM
+// its pool does not have.
 func (d *Doc) Document() *control.Document {
 	doc := &control.Document{
 		Version:       d.Version,
@@ -138,6 +140,11 @@ func (d *Doc) Document() *control.Document {
 		pool := d.Pool
 		if s.Addr.Is6() {
 			pool = d.Pool6
+		}
+		for _, name := range s.Backends {
+			if !slices.ContainsFunc(pool, func(vm VM) bool { return vm.Name == name }) {
+				panic(fmt.Sprintf("fleetlab: service %s names backend %q, not a VM of its pool", s.Name, name))
+			}
 		}
 		for _, vm := range pool {
 			if s.Backends != nil && !slices.Contains(s.Backends, vm.Name) {

@@ -216,4 +216,8 @@ func TestServiceBackends(t *testing.T) {
 	require.Len(t, doc.Hosts, 2)
 	require.Len(t, doc.Hosts[0].VMs, 2)
 	require.Len(t, doc.Hosts[1].VMs, 2)
+
+	// A name not in the pool (a typo) is refused where it is made.
+	d.Services[1].Backends = []string{"vm23"}
+	require.PanicsWithValue(t, `fleetlab: service b names backend "vm23", not a VM of its pool`, func() { d.Document() })
 }
