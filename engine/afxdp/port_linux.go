@@ -355,11 +355,18 @@ func (p *Port) Flush() error {
 		p.publish()
 		return nil
 	}
+	// The fill ring is topped up before the batch goes out, not only
+	// after: the answers to what is sent now (a peer's next request) can
+	// arrive before this returns, and the ring must have room for them.
+	// With the refill after the transmit only, a window of requests half
+	// the fill ring's size could empty it (TestReflect/own/small-rings
+	// under load: the kernel's rx_fill_ring_empty_descs, one frame lost).
+	p.refill()
 	if p.inTX > 0 {
 		p.pushTX()
 		p.reap()
+		p.refill() // the chunks the transmit just completed
 	}
-	p.refill()
 	p.publish()
 	return nil
 }
