@@ -346,9 +346,9 @@ func (p *Port) Release(pkts []*engine.Packet) {
 	}
 }
 
-// Flush implements engine.Port: it publishes the TX ring and wakes the
-// kernel if it needs it, reclaims completed chunks, tops up the fill ring
-// and publishes the counters.
+// Flush implements engine.Port: it tops up the fill ring, publishes the TX
+// ring and wakes the kernel if it needs it, reclaims completed chunks,
+// tops up the fill ring with them and publishes the counters.
 func (p *Port) Flush() error {
 	if p.a != nil {
 		p.a.flush(p)
