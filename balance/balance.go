@@ -378,34 +378,14 @@ func (s *Stage) Process(b *engine.Batch) {
 	var ps Pass
 	s.Begin(b, &ps)
 	defer ps.End()
-	pkts := b.Packets()
-	// Pass 1: rule, hash and the prepared lookup of every packet; live
-	// marks the packets pass 2 places.
-	var live uint64
-	for i, p := range pkts {
-		r, place := ps.Prepare(i, p)
-		if r != 0 {
-			b.Drop(p, r)
-		}
-		if place {
-			live |= 1 << uint(i)
-		}
-	}
-	// Pass 2: finish the lookups, place the flows.
-	for ; live != 0; live &= live - 1 {
-		i := bits.TrailingZeros64(live)
-		p := pkts[i]
-		if r := ps.Place(i, p); r != 0 {
-			b.Drop(p, r)
-		}
-	}
+	ps.Run(b.Packets())
 }
 
 // Pass is the stage's run over one batch, for a caller that runs the
 // stage packet by packet among other stages' work (the Mux's fused
 // stage): Begin; Prepare for every packet, in batch order; then Place,
-// in the same order, for every packet Prepare asked to place; End.
-// Process is exactly that. Between Begin and End the worker's counters
+// in the same order, for every packet Prepare asked to place (Run does
+// both); End. Process is exactly that. Between Begin and End the worker's counters
 // and budgets are the pass's.
 type Pass struct {
 	s      *Stage
@@ -478,6 +458,39 @@ func (ps *Pass) Prepare(i int, p *engine.Packet) (engine.DropReason, bool) {
 		ct.Prepare(&ps.qs[i], &p.Key)
 	}
 	return 0, true
+}
+
+// Run is the stage's work on pkts, the batch's packets in order (an
+// index into pkts is the packet's i for Prepare and Place): Prepare for
+// every packet still to be transmitted (one an earlier step dropped or
+// emitted is skipped), then Place for every packet Prepare asked to
+// place, so that the connection-table lookups of the whole batch overlap;
+// what either refuses is dropped (Batch.Drop).
+func (ps *Pass) Run(pkts []*engine.Packet) {
+	b := ps.b
+	// Pass 1: rule, hash and the prepared lookup of every packet; live
+	// marks the packets pass 2 places.
+	var live uint64
+	for i, p := range pkts {
+		if p.Verdict != engine.VerdictTX {
+			continue
+		}
+		r, place := ps.Prepare(i, p)
+		if r != 0 {
+			b.Drop(p, r)
+		}
+		if place {
+			live |= 1 << uint(i)
+		}
+	}
+	// Pass 2: finish the lookups, place the flows.
+	for ; live != 0; live &= live - 1 {
+		i := bits.TrailingZeros64(live)
+		p := pkts[i]
+		if r := ps.Place(i, p); r != 0 {
+			b.Drop(p, r)
+		}
+	}
 }
 
 // Place is the second half of the stage's work on p, the i-th packet of

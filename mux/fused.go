@@ -2,7 +2,6 @@ package mux
 
 import (
 	"errors"
-	"math/bits"
 
 	"github.com/xdplb/xdplb/balance"
 	"github.com/xdplb/xdplb/encap"
@@ -130,35 +129,16 @@ func (f *fused) Process(b *engine.Batch) {
 		return // the pipeline would stop here: no stage's pass begins
 	}
 
-	// Pass 2: the first half of balance — rules, hashes, and the
-	// connection table's lookups started — in a loop of its own: at 1M
-	// flows its prefetches issued back to back cost less than with the
-	// source filter's and uplink VNI's work in between (measured; see
-	// benchmarks/README.md, session 10).
+	// Passes 2 and 3: balance, as its own Process runs it
+	// (balance.Pass.Run, which skips what pass 1 dropped) — rules, hashes
+	// and the connection table's lookups started in a loop of their own
+	// (at 1M flows the prefetches issued back to back cost less than with
+	// the source filter's and uplink VNI's work in between: measured, see
+	// benchmarks/README.md, session 10), then the lookups finished and
+	// the flows placed.
 	var bal balance.Pass
 	f.bal.Begin(b, &bal)
-	var place uint64 // the packets Place finishes
-	for i, p := range pkts {
-		if p.Verdict != engine.VerdictTX {
-			continue // dropped in pass 1
-		}
-		r, pl := bal.Prepare(i, p)
-		if r != 0 {
-			b.Drop(p, r)
-			continue
-		}
-		if pl {
-			place |= 1 << uint(i)
-		}
-	}
-	// Pass 3: the second half of balance.
-	for ; place != 0; place &= place - 1 {
-		i := bits.TrailingZeros64(place)
-		p := pkts[i]
-		if r := bal.Place(i, p); r != 0 {
-			b.Drop(p, r)
-		}
-	}
+	bal.Run(pkts)
 	bal.End()
 
 	// Each of the next stages' passes begins at the first packet that
