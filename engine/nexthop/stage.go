@@ -193,17 +193,15 @@ func NewStage(cfg StageConfig, r Source) (*Stage, error) {
 // Config returns the stage's configuration.
 func (s *Stage) Config() StageConfig { return s.cfg }
 
-// Process implements engine.Stage.
+// Process implements engine.Stage: Begin, then Packet for every packet.
 func (s *Stage) Process(b *engine.Batch) {
-	c := s.caches.Get(b.Worker)
-	if c == nil {
-		// A worker index past engine.MaxWorkers: remember the last
-		// answer only.
-		var last [1]hopEntry
-		s.process(b, last[:], 1)
-		return
+	var ps Pass
+	s.Begin(b, &ps)
+	for _, p := range b.Packets() {
+		if r := ps.Packet(p); r != 0 {
+			b.Drop(p, r)
+		}
 	}
-	s.process(b, c.e[:], s.generation(c))
 }
 
 // generation starts a batch on worker cache c and returns the generation
@@ -223,42 +221,6 @@ func (s *Stage) generation(c *hopCache) uint32 {
 		c.gen = 1
 	}
 	return c.gen
-}
-
-// process addresses b's packets through the direct-mapped cache e (a power
-// of two in length), whose entries of generation gen are valid.
-func (s *Stage) process(b *engine.Batch, e []hopEntry, gen uint32) {
-	mask := uint64(len(e) - 1)
-	// The last miss of this batch, so that a burst to an unresolved
-	// destination costs one lookup.
-	var (
-		missA0, missA1 uint64
-		missFamily     uint8
-		missReason     engine.DropReason
-	)
-	for _, p := range b.Packets() {
-		a0, a1, family := s.dest(p)
-		if family == 0 {
-			b.Drop(p, engine.DropUnsupported)
-			continue
-		}
-		h := &e[hopIndex(a0, a1, family)&mask]
-		if h.gen != gen || h.family != family || h.a0 != a0 || h.a1 != a1 {
-			if missReason != 0 && missFamily == family && missA0 == a0 && missA1 == a1 {
-				s.missDrop(b, p, missReason)
-				continue
-			}
-			if r := s.fill(h, a0, a1, family, gen); r != 0 {
-				missA0, missA1, missFamily, missReason = a0, a1, family, r
-				s.missDrop(b, p, r)
-				continue
-			}
-		}
-		eth := header.Ethernet(p.Data())
-		eth.SetDst(h.dst)
-		eth.SetSrc(h.src)
-		p.OutPort = h.out
-	}
 }
 
 // Pass is the stage's state for one batch — the worker's cache of answers
@@ -329,13 +291,6 @@ func (s *Stage) miss(p *engine.Packet, r engine.DropReason) engine.DropReason {
 		return 0
 	}
 	return r
-}
-
-// missDrop is miss for Process: it drops p with the reason miss returns.
-func (s *Stage) missDrop(b *engine.Batch, p *engine.Packet, r engine.DropReason) {
-	if r = s.miss(p, r); r != 0 {
-		b.Drop(p, r)
-	}
 }
 
 // fill asks the resolver for a destination and caches the answer in e, or
