@@ -203,7 +203,7 @@ type PlanDiff struct {
 }
 
 // Empty reports whether nothing changes.
-func (d *PlanDiff) Empty() bool { return reflect.DeepEqual(*d, PlanDiff{}) }
+func (d PlanDiff) Empty() bool { return reflect.DeepEqual(d, PlanDiff{}) }
 
 // Diff returns what must change to go from p (nil: nothing running) to q.
 func (p *Plan) Diff(q *Plan) PlanDiff {
