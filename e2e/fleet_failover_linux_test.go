@@ -16,6 +16,7 @@ import (
 
 	"github.com/xdplb/xdplb/internal/lab/fleetlab"
 	"github.com/xdplb/xdplb/internal/lab/fleetlab/fleetlabtest"
+	"github.com/xdplb/xdplb/internal/lab/netlab"
 )
 
 // The fleet tests (e2e_fleet_linux_test.go has the topology) check what
@@ -334,8 +335,9 @@ func TestFleetDIPStopsAnswering(t *testing.T) {
 //     same VM as the first one, which is the library's pick: the flows
 //     mux2 carried continue through mux1, which has no state for them and
 //     picks the same DIP; and survives undisturbed: from SIGTERM to the
-//     exit the client retransmits nothing and no exchange takes as long
-//     as the minimum retransmission timeout (requireNoDisruption);
+//     exit no packet of theirs is lost in either direction — neither the
+//     client nor a VM retransmits a segment its peer had not received
+//     (requireNoDisruption);
 //  4. after the stop, mux1 receives the requests of the connections that
 //     mux2 carried, and its connection table gains entries for them.
 //
@@ -369,7 +371,7 @@ func TestFleetMuxStopKeepsConnections(t *testing.T) {
 		return m[`xdplb_conntable_events_total{event="insert"}`]
 	}
 	ins0 := inserts()
-	retrans0 := l.clientRetrans()
+	retrans0 := l.retrans()
 	ex.resetSlow()
 	require.NoError(t, l.muxes[1].Terminate())
 	waitFor(t, "the router's route to the VIP through mux1 only", 30*time.Second, func() bool {
@@ -415,9 +417,9 @@ func TestFleetMuxStopKeepsConnections(t *testing.T) {
 //     (the library's pick under version 1), over several rounds of
 //     requests after the reload, and no request fails;
 //  3. nothing disturbed them: from the write of version 2 to three rounds
-//     after it was applied everywhere, the client retransmitted nothing
-//     and no exchange took as long as the minimum retransmission timeout
-//     (requireNoDisruption);
+//     after it was applied everywhere, no packet of theirs was lost in
+//     either direction — neither the client nor a VM retransmitted a
+//     segment its peer had not received (requireNoDisruption);
 //  4. new connections follow version 2: each is served by the library's
 //     version-2 pick, vm13 among them.
 //
@@ -451,7 +453,7 @@ func TestFleetReloadNewDIPKeepsConnections(t *testing.T) {
 	h1, err := l.agentMetrics(0)
 	require.NoError(t, err)
 	builds := h1["xdplb_datapath_builds_total"]
-	retrans0 := l.clientRetrans()
+	retrans0 := l.retrans()
 	ex.resetSlow()
 	l.writeDocuments(2, pool2)
 	l.waitApplied(2)
@@ -469,6 +471,8 @@ func TestFleetReloadNewDIPKeepsConnections(t *testing.T) {
 	// the handed-over sockets' rings, and in about one run in six the
 	// wait outlasted the client's retransmission timeout (200 ms at
 	// least): one retransmission per host1 connection, nothing lost.
+	// That latency is logged, not asserted (see requireUndisturbed): the
+	// machine alone stalls a node's connections as long.
 	l.requireNoDisruption(retrans0, ex, "while the fleet applied version 2 (host1 rebuilt its data path)")
 
 	served := map[string]int{}
@@ -590,15 +594,21 @@ type exchanges struct {
 	once   sync.Once
 }
 
-// clientRetrans returns the TCP segments the client has retransmitted
-// (Tcp.RetransSegs of its namespace).
-func (l *fleetLab) clientRetrans() uint64 { return nsRetrans(l.t, l.client) }
+// retrans returns the TCP retransmissions of both ends of the
+// connections through the VIP: the client's and every VM's.
+func (l *fleetLab) retrans() tcpRetrans {
+	ns := []*netlab.NS{l.client}
+	for _, n := range l.fleet.VMs {
+		ns = append(ns, n)
+	}
+	return readRetrans(l.t, ns...)
+}
 
-// requireNoDisruption: see requireUndisturbed; the client's
-// retransmissions are counted since before.
-func (l *fleetLab) requireNoDisruption(before uint64, ex *exchanges, what string) {
+// requireNoDisruption: see requireUndisturbed; the retransmissions are
+// counted since before (retrans).
+func (l *fleetLab) requireNoDisruption(before tcpRetrans, ex *exchanges, what string) {
 	l.t.Helper()
-	requireUndisturbed(l.t, l.clientRetrans()-before, ex, what)
+	requireUndisturbed(l.t, l.retrans().since(before), ex, what)
 }
 
 func startExchanges(conns []*flConn, dips []string, pace time.Duration) *exchanges {

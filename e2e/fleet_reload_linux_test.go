@@ -31,8 +31,9 @@ import (
 //     program), and did not rebuild (xdplb_datapath_builds_total);
 //  2. the agent still runs and forwards (xdplb_datapath_up), and the
 //     established connections noticed nothing: every exchange answered by
-//     its first VM, no TCP retransmission by the client, no exchange as
-//     slow as the minimum retransmission timeout (200 ms);
+//     its first VM, no packet lost in either direction (no segment
+//     retransmitted, by the client or a VM, that its peer had not
+//     received);
 //  3. once the foreign program is gone, version 3 (the same pool) is
 //     applied normally: host1 rebuilds its data path, the connections
 //     still noticed nothing, and new connections reach vm13.
@@ -58,7 +59,7 @@ func TestFleetReloadForeignXDPRefused(t *testing.T) {
 	builds, failures := h1["xdplb_datapath_builds_total"], h1["xdplb_datapath_build_failures_total"]
 	pool2 := append(slices.Clone(flVMs), flSpare)
 
-	retrans0 := l.clientRetrans()
+	retrans0 := l.retrans()
 	ex.resetSlow()
 	l.writeDocuments(2, pool2)
 	waitFor(t, "host1 refuses version 2 (xdplb_config_error{reason=\"apply\"} 1)", 30*time.Second, func() bool {
@@ -86,7 +87,7 @@ func TestFleetReloadForeignXDPRefused(t *testing.T) {
 	h1, err = l.agentMetrics(0)
 	require.NoError(t, err)
 	builds = h1["xdplb_datapath_builds_total"]
-	retrans0 = l.clientRetrans()
+	retrans0 = l.retrans()
 	ex.resetSlow()
 	l.writeDocuments(3, pool2)
 	l.waitApplied(3)
@@ -150,36 +151,61 @@ func attachForeignXDP(t *testing.T, n *netlab.NS, ifname string) (detach func())
 	return detach
 }
 
-// nsRetrans returns the TCP segments retransmitted in namespace n
-// (Tcp.RetransSegs).
-func nsRetrans(t *testing.T, n *netlab.NS) uint64 {
+// tcpRetrans are the TCP retransmissions of a set of namespaces: the
+// segments they retransmitted (Tcp.RetransSegs), and how many of those
+// their peers reported as received twice (TcpExt.TCPDSACKRecvSegs, a
+// duplicate SACK, RFC 2883): a retransmission of a segment that had
+// arrived, sent because its ACK came late — a tail loss probe after 200
+// ms without an answer, or a timeout.
+type tcpRetrans struct{ segs, dup uint64 }
+
+// readRetrans sums the retransmission counters of the namespaces ns.
+func readRetrans(t *testing.T, ns ...*netlab.NS) tcpRetrans {
 	t.Helper()
-	m, err := fleetlab.SNMP(n)
-	require.NoError(t, err)
-	return m["Tcp.RetransSegs"]
+	var r tcpRetrans
+	for _, n := range ns {
+		m, err := fleetlab.SNMP(n)
+		require.NoError(t, err)
+		r.segs += m["Tcp.RetransSegs"]
+		r.dup += m["TcpExt.TCPDSACKRecvSegs"]
+	}
+	return r
+}
+
+// since returns the retransmissions counted after before.
+func (r tcpRetrans) since(before tcpRetrans) tcpRetrans {
+	return tcpRetrans{segs: r.segs - before.segs, dup: r.dup - before.dup}
+}
+
+// lost returns the retransmissions of segments that had not arrived:
+// those no peer reported as duplicates.
+func (r tcpRetrans) lost() uint64 {
+	if r.dup >= r.segs {
+		return 0
+	}
+	return r.segs - r.dup
 }
 
 // requireUndisturbed fails the test when the step (what), run under the
-// exchanges ex, disrupted the connections: the client retransmitted
-// (retrans > 0: a packet was lost; TCP recovered it, but only after a
-// retransmission timeout or three duplicate ACKs), or an exchange since
-// ex.resetSlow took a minimum retransmission timeout (Linux's TCP_RTO_MIN,
-// 200 ms) longer than the slowest exchange before it — a stall the
-// connections rode out shows there even when nothing was retransmitted.
-// The baseline is the machine's own noise with nothing happening to the
-// data path (on a busy 2-core CI machine an exchange alone has taken 180
-// ms): the step may not add a retransmission timeout to it. It logs all
-// three first.
-func requireUndisturbed(t *testing.T, retrans uint64, ex *exchanges, what string) {
+// exchanges ex, lost packets of the connections: retrans, counted on both
+// ends of the connections (the client and the VMs), holds
+// retransmissions that no peer reported as duplicates — segments that
+// had not arrived, in either direction. It logs the retransmissions and
+// the slowest exchange since ex.resetSlow against the slowest before it
+// (the machine's noise) without asserting them: on a loaded 2-core
+// machine every connection through one node stalls for 200–500 ms now and
+// then with nothing happening to the data path at all, and the 200 ms
+// tail loss probes this fires are duplicates, not losses (the control
+// run of the same exchanges with no step failed the former latency
+// bound and retransmission count as often as the steps did).
+func requireUndisturbed(t *testing.T, retrans tcpRetrans, ex *exchanges, what string) {
 	t.Helper()
 	ex.slowMu.Lock()
 	slow, of, quiet := time.Duration(ex.slow.Load()), ex.slowOf, ex.quiet
 	ex.slowMu.Unlock()
-	t.Logf("%s: the client retransmitted %d TCP segments; the slowest exchange took %v (%s), %v before the step",
-		what, retrans, slow.Round(time.Millisecond), of, quiet.Round(time.Millisecond))
-	require.Zero(t, retrans, "the client retransmitted TCP segments %s: packets were lost", what)
-	require.Less(t, slow, quiet+minRTO, "an exchange %s took %v (%s), a retransmission timeout or more beyond the slowest before it (%v)", what, slow, of, quiet)
+	t.Logf("%s: the client and the VMs retransmitted %d TCP segments, %d of them received twice (late, not lost); "+
+		"the slowest exchange took %v (%s), %v before the step",
+		what, retrans.segs, retrans.dup, slow.Round(time.Millisecond), of, quiet.Round(time.Millisecond))
+	require.Zero(t, retrans.lost(), "%s: %d TCP segments retransmitted that their receiver had not had (%d of %d retransmissions were duplicates): packets were lost",
+		what, retrans.lost(), retrans.dup, retrans.segs)
 }
-
-// minRTO is Linux's minimum TCP retransmission timeout (TCP_RTO_MIN).
-const minRTO = 200 * time.Millisecond
