@@ -242,7 +242,8 @@ func TestHostAgentEndToEnd(t *testing.T) {
 		ex := startExchanges(conns, dips, 2*time.Millisecond)
 		defer ex.finish(t)
 		ex.waitRounds(t, 2)
-		retrans0 := readRetrans(t, append([]*netlab.NS{l.client}, l.vms...)...)
+		ends := append([]*netlab.NS{l.client}, l.vms...) // both ends of the connections
+		retrans0 := readRetrans(t, ends...)
 		ex.resetSlow()
 
 		// Version 2 takes vm-b out of the pools and off the host: a VM
@@ -283,7 +284,7 @@ func TestHostAgentEndToEnd(t *testing.T) {
 		require.Len(t, seen, 2)
 		ex.waitRounds(t, 3)
 		ex.finish(t)
-		requireUndisturbed(t, readRetrans(t, append([]*netlab.NS{l.client}, l.vms...)...).since(retrans0), ex,
+		requireUndisturbed(t, readRetrans(t, ends...).since(retrans0), ex,
 			"to vm-a while the agent rebuilt its data path twice (vm_b's port removed, then added back)")
 	})
 
