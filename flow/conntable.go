@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -13,9 +14,10 @@ import (
 // ConnTableConfig is the plain, checkable configuration of a ConnTable.
 type ConnTableConfig struct {
 	// Capacity is the number of IPv4 flows the table is sized for; fixed at
-	// construction. The table allocates 1.75 slots per flow, so that a table
-	// filled to Capacity with hashed keys almost never finds both
-	// candidate buckets of a new key full (see ConnTable).
+	// construction. The table allocates at least 1.75 slots per flow (a
+	// power of two of buckets, so up to 3.5), so that a table filled to
+	// Capacity with hashed keys almost never finds both candidate buckets
+	// of a new key full (see ConnTable).
 	Capacity int
 	// IPv6Capacity is the number of IPv6 flows the separate IPv6 table is
 	// sized for; 0 selects Capacity/8 (IPv6 slots are twice as large).
@@ -45,6 +47,14 @@ type ConnTableConfig struct {
 	// once per packet instead of twice. Nil: the table hashes keys with a
 	// cheaper keyed mix of its own, and PrepareHashed is Prepare.
 	Hasher *Hasher
+	// Preallocate puts the whole table in use from the start. By default
+	// the part of the table in use starts at 32 KiB and grows with the
+	// flows stored (ConnTable, Growth), so that a table sized for a
+	// million flows that holds a thousand keeps them in a few pages
+	// instead of spreading them over the whole allocation; growing costs
+	// the inserts that split buckets a few microseconds every few dozen
+	// inserts, until the table is fully grown.
+	Preallocate bool
 }
 
 // DefaultProveAfter is the default ConnTableConfig.ProveAfter: 200 ms,
@@ -159,8 +169,8 @@ type connStripe struct {
 //
 // # Layout
 //
-// Two fixed arrays of buckets, allocated once at construction: one for
-// IPv4 keys and one for IPv6 keys. A bucket holds a 64-bit header and five
+// Two arrays of buckets, allocated once at construction, a power of two
+// of buckets each: one for IPv4 keys and one for IPv6 keys. A bucket holds a 64-bit header and five
 // slots and is cache-line aligned. An IPv4 slot is three words: the key
 // packed into two (source and destination address; ports, protocol and the
 // 24-bit VNI) and a value word (backend<<32 | last-seen tick), so an IPv4
@@ -170,8 +180,10 @@ type connStripe struct {
 // each slot's 2-bit StateClass.
 //
 // A key hashes (a multiply-mix keyed at random per table, over the fleet's
-// flow hash when ConnTableConfig.Hasher is set) to two candidate buckets; it is stored in whichever held fewer
-// entries when it was inserted and never moves. Lookup loads both headers
+// flow hash when ConnTableConfig.Hasher is set) to two candidate buckets
+// of the part of the array in use; it is stored in whichever held fewer
+// entries when it was inserted, and moves only when growth splits its
+// bucket. Lookup loads both headers
 // first, so that both cache misses overlap, then, in the first bucket and
 // if need be the second, compares the key only with the slots whose tag
 // matches (found with a few SWAR operations on the header): usually just
@@ -205,6 +217,35 @@ type connStripe struct {
 // writer replaced the slot after the read, the CAS fails rather than
 // writing this flow's backend into another flow's entry.
 //
+// # Growth
+//
+// The part of each array in use starts at 32 KiB and grows with the
+// entries stored, by linear hashing: a bucket index is the key's hash
+// modulo m or, for buckets below the split pointer s, modulo 2m; splitting
+// bucket s moves the entries of s whose candidate is now s+m there (at most
+// five, into a bucket never used before) and advances s, doubling m when s
+// reaches it. An insert that finds the table holding fewer than 3.5 slots
+// in use per entry (a look at the counters every 16 inserts of a stripe,
+// and whenever an insert finds both its buckets full) splits up to 32
+// buckets, one writer at a time, until the array is in use
+// (ConnTableConfig.Preallocate starts it so). 3.5 is twice a full table's
+// 1.75 because linear hashing loads the buckets a round has not split yet
+// twice as much as those it has: the fullest are as full as a full
+// table's at Capacity. So a table sized for a
+// million flows that holds a thousand keeps them in a few dozen pages: on
+// a machine whose memory is mapped in small pages its lookups do not pay
+// a page walk each, which a thousand flows spread over 45 MiB did.
+//
+// A split holds both buckets, and publishes the new geometry (one atomic
+// word) before it lets them go. A lookup that misses loads the geometry
+// again and, if it changed, looks again under the new one: a key moved
+// out of a bucket the reader read after the split was published is found
+// where it went. A writer checks, holding its buckets, that the geometry
+// is still the one it found them by, else it starts again; a split cannot
+// run on a bucket a writer holds. A hit needs no second look. A table
+// never shrinks: the part in use stays as large as the most entries it
+// held.
+//
 // # Eviction
 //
 // An Insert whose two buckets are full takes, in order: an entry idle past
@@ -217,9 +258,12 @@ type connStripe struct {
 // # Memory
 //
 // 128 bytes per 5 IPv4 slots is 25.6 bytes per slot, 44.8 bytes per flow of
-// Capacity; the default IPv6 table (Capacity/8 flows at 51.2 bytes per
-// slot) adds 11.2, so MemoryBytes/Capacity is about 56 bytes, plus 4 KiB of
-// counter stripes.
+// Capacity at 1.75 slots per flow; the default IPv6 table (Capacity/8
+// flows at 51.2 bytes per slot) adds 11.2, so MemoryBytes/Capacity is 56
+// to 112 bytes (rounding up to a power of two of buckets), plus 4 KiB of
+// counter stripes. MemoryBytes is what the table reserves; the memory it
+// touches is the part in use, about 90 bytes per IPv4 entry stored (3.5
+// slots per entry) until it is fully grown.
 type ConnTable struct {
 	v4      ctTable[[3]atomic.Uint64, [0]uint64]
 	v6      ctTable[[6]atomic.Uint64, [1]uint64]
@@ -316,8 +360,9 @@ func NewConnTable(cfg ConnTableConfig) (*ConnTable, error) {
 	if cfg.ProvenShare == 0 {
 		cfg.ProvenShare = 1
 	}
-	t.v4 = newCtTable[[3]atomic.Uint64, [0]uint64](ctBucketsFor(cfg.Capacity), provenLimit(cfg.Capacity, cfg.ProvenShare))
-	t.v6 = newCtTable[[6]atomic.Uint64, [1]uint64](ctBucketsFor(cfg.IPv6Capacity), provenLimit(cfg.IPv6Capacity, cfg.ProvenShare))
+	n4, n6 := ctBucketsFor(cfg.Capacity), ctBucketsFor(cfg.IPv6Capacity)
+	t.v4.init(n4, ctStart(n4, 128, !cfg.Preallocate), provenLimit(cfg.Capacity, cfg.ProvenShare), 0)
+	t.v6.init(n6, ctStart(n6, 256, !cfg.Preallocate), provenLimit(cfg.IPv6Capacity, cfg.ProvenShare), ctStripes/2)
 	t.stripes = ctAligned[connStripe](ctStripes)
 	for i := range t.seed {
 		t.seed[i] = rand.Uint64() | 1
@@ -333,10 +378,13 @@ func NewConnTable(cfg ConnTableConfig) (*ConnTable, error) {
 // provenLimit is the most proven entries a table sized for n flows holds.
 func provenLimit(n int, share float64) int64 { return max(int64(float64(n)*share), 1) }
 
-// ctBucketsFor returns the buckets for n flows: 1.75 slots per flow, at least
-// two buckets so that every key has two distinct candidates.
+// ctBucketsFor returns the buckets for n flows: 1.75 slots per flow,
+// rounded up to a power of two (the table grows by splitting buckets in
+// two, see ConnTable), at least two so that every key has two distinct
+// candidates.
 func ctBucketsFor(n int) int {
-	return max(int((uint64(n)*7+4*ctSlots-1)/(4*ctSlots)), 2)
+	b := max(int((uint64(n)*7+4*ctSlots-1)/(4*ctSlots)), 2)
+	return 1 << bits.Len(uint(b-1))
 }
 
 // Config returns the configuration in force, defaults filled in.
@@ -348,8 +396,6 @@ func (t *ConnTable) Now() Tick { return t.TickAt(time.Now()) }
 // TickAt converts a wall-clock reading to a tick of this table. Times
 // before the table's construction wrap around.
 func (t *ConnTable) TickAt(tm time.Time) Tick { return Tick(tm.Sub(t.epoch) / time.Millisecond) }
-
-func (t *ConnTable) stripe(i uint64) *connStripe { return &t.stripes[i&(ctStripes-1)] }
 
 // Lookup returns the backend and class of flow k if it is present and not
 // idle past its timeout at now, and refreshes its last-seen tick (lazily:
@@ -381,6 +427,7 @@ func (t *ConnTable) Lookup(k *Key, now Tick) (backend uint32, class StateClass, 
 type ConnQuery struct {
 	p      ctKey
 	hash   uint64
+	geo    uint64 // the table's geometry i1 and i2 were found under
 	i1, i2 uint64 // candidate buckets
 	family uint8
 }
@@ -450,9 +497,9 @@ func (t *ConnTable) lookupPrepared(q *ConnQuery, now Tick, refresh bool) (backen
 	var seen Tick
 	switch q.family {
 	case FamilyIPv4:
-		backend, class, seen, ok = t.v4.lookupFrom(&q.p, q.hash, q.i1, q.i2, now, t, refresh)
+		backend, class, seen, ok = t.v4.lookupFrom(&q.p, q.hash, q.geo, q.i1, q.i2, now, t, refresh)
 	case FamilyIPv6:
-		backend, class, seen, ok = t.v6.lookupFrom(&q.p, q.hash, q.i1, q.i2, now, t, refresh)
+		backend, class, seen, ok = t.v6.lookupFrom(&q.p, q.hash, q.geo, q.i1, q.i2, now, t, refresh)
 	}
 	if !ok {
 		return 0, 0, 0, false
@@ -598,21 +645,23 @@ func (t *ConnTable) Delete(k *Key) bool {
 }
 
 // Age is the incremental ager: it examines the next budget slots (rounded
-// up to whole buckets, at most the whole table) from a shared cursor and
-// removes entries idle past their timeout at now. Run it from a goroutine
+// up to whole buckets, at most the part of the table in use) from a
+// shared cursor and removes entries idle past their timeout at now. Run
+// it from a goroutine
 // with a budget that sweeps the table well within the shortest timeout,
 // e.g. Cap()/10 every second. Several agers may run at once; each takes its
 // own range of buckets. A bucket a writer holds is skipped until the next
 // sweep.
 func (t *ConnTable) Age(now Tick, budget int) (scanned, expired int) {
-	total := t.v4.n + t.v6.n
+	n4 := ctActive(t.v4.geo.Load())
+	total := n4 + ctActive(t.v6.geo.Load())
 	nb := min(uint64((max(budget, 1)+ctSlots-1)/ctSlots), total)
 	i := (t.cursor.Add(nb) - nb) % total
 	for range nb {
-		if i < t.v4.n {
+		if i < n4 {
 			expired += t.v4.age(i, now, t)
 		} else {
-			expired += t.v6.age(i-t.v4.n, now, t)
+			expired += t.v6.age(i-n4, now, t)
 		}
 		if i++; i == total {
 			i = 0
@@ -626,9 +675,15 @@ func (t *ConnTable) Age(now Tick, budget int) (scanned, expired int) {
 func (t *ConnTable) Len() int { return t.Stats().Entries }
 
 // Cap returns the number of slots, IPv4 and IPv6: the most flows the table
-// can ever hold. It is 1.75 × (Capacity + IPv6Capacity), rounded up to
-// whole buckets.
+// can ever hold. It is 1.75 × Capacity and 1.75 × IPv6Capacity, each
+// rounded up to a power of two of buckets.
 func (t *ConnTable) Cap() int { return int(t.v4.n+t.v6.n) * ctSlots }
+
+// InUse returns the number of slots in the part of the table in use: Cap
+// once the table is fully grown (see ConnTable, Growth). Age sweeps these.
+func (t *ConnTable) InUse() int {
+	return int(ctActive(t.v4.geo.Load())+ctActive(t.v6.geo.Load())) * ctSlots
+}
 
 // Stats sums the counters. It is for metrics, not the data path.
 func (t *ConnTable) Stats() ConnTableStats {
@@ -661,14 +716,15 @@ func (t *ConnTable) MemoryBytes() int {
 // not a snapshot. It is for debugging and metrics, not the data path.
 func (t *ConnTable) Range(fn func(k Key, backend uint32, class StateClass, lastSeen Tick) bool) {
 	var es [ctSlots]ctEntry
-	for i := range t.v4.n {
+	n4, n6 := ctActive(t.v4.geo.Load()), ctActive(t.v6.geo.Load())
+	for i := range n4 {
 		for _, e := range es[:t.v4.snapshot(i, &es)] {
 			if !fn(ctUnpack4(&e.k), ctBackend(e.v), e.cls, ctSeen(e.v)) {
 				return
 			}
 		}
 	}
-	for i := range t.v6.n {
+	for i := range n6 {
 		for _, e := range es[:t.v6.snapshot(i, &es)] {
 			if !fn(ctUnpack6(&e.k), ctBackend(e.v), e.cls, ctSeen(e.v)) {
 				return

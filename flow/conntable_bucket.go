@@ -237,22 +237,94 @@ func (b *ctBucket[S, P]) probe(k *ctKey, tag, first uint64) (j int, v, h uint64,
 }
 
 // ctTable is an array of buckets with two-choice placement: a key may live in
-// either of two buckets picked by its hash, and never moves once placed.
+// either of two buckets picked by its hash. The part of the array in use
+// grows with the entries (linear hashing, see ConnTable): buckets
+// [0, ctActive(geo)) are in use, the rest have never been written.
 type ctTable[S ctSlotWords, P ctPad] struct {
-	b         []ctBucket[S, P]
-	n         uint64
-	maxProven int64 // the most proven entries SetClass promotes to
+	b []ctBucket[S, P]
+	n uint64 // buckets allocated: a power of two, the most the part in use grows to
+	// geo is the geometry of the part in use (ctGeo); written only by a
+	// split, under the growing flag and the locks of the bucket it splits.
+	geo       atomic.Uint64
+	stripe0   uint64 // this table's first counter stripe: its stripes are [stripe0, stripe0+ctStripes/2)
+	maxProven int64  // the most proven entries SetClass promotes to
 	// promoteRefused counts the promotions refused at maxProven (rare).
 	promoteRefused atomic.Uint64
-	_              [ctCacheLine - 48]byte
 	// proven counts the entries of a proven class (every class but
 	// untrusted), changed under the bucket lock of the entry that moved.
-	proven atomic.Int64
-	_      [ctCacheLine - 8]byte
+	// growing is held by the one writer that splits buckets.
+	_       [ctCacheLine - 64]byte
+	proven  atomic.Int64
+	growing atomic.Bool
+	_       [ctCacheLine - 16]byte
 }
 
-func newCtTable[S ctSlotWords, P ctPad](nbuckets int, maxProven int64) ctTable[S, P] {
-	return ctTable[S, P]{b: ctAligned[ctBucket[S, P]](nbuckets), n: uint64(nbuckets), maxProven: maxProven}
+// ctGrowFrom is the bytes of buckets a growing table starts with in use:
+// 32 KiB, 256 IPv4 buckets (a thousand flows at the table's load).
+const ctGrowFrom = 32 << 10
+
+// init makes t a table of nbuckets buckets (a power of two of at least
+// two) whose part in use starts at start buckets (a power of two, at most
+// nbuckets) and grows with its entries; its counters are the stripes from
+// stripe0.
+func (t *ctTable[S, P]) init(nbuckets, start int, maxProven int64, stripe0 uint64) {
+	t.b, t.n, t.maxProven, t.stripe0 = ctAligned[ctBucket[S, P]](nbuckets), uint64(nbuckets), maxProven, stripe0
+	t.geo.Store(ctGeo(uint64(bits.TrailingZeros(uint(min(start, nbuckets)))), 0))
+}
+
+// ctStart returns the buckets a table of nbuckets buckets of size bytes
+// starts with in use: ctGrowFrom bytes' worth (at least two), or all of
+// them when grow is false.
+func ctStart(nbuckets int, size uintptr, grow bool) int {
+	if !grow {
+		return nbuckets
+	}
+	return min(max(1<<bits.Len(uint(ctGrowFrom/size-1)), 2), nbuckets)
+}
+
+// The geometry of the part in use, one word: bits 0..7 hold lg, bits 8..
+// the split pointer s, with m = 1<<lg and s < m. Buckets [0, m+s) are in
+// use; bucket a < s has been split into a and a+m. A key word x maps to
+// x mod m, or to x mod 2m if x mod m < s (ctAddr): splitting bucket s
+// moves just the keys of s whose bit lg is set, to s+m.
+func ctGeo(lg, s uint64) uint64 { return s<<8 | lg }
+
+// ctActive returns the buckets in use under geometry g.
+func ctActive(g uint64) uint64 { return 1<<(g&0xff) + g>>8 }
+
+// ctAddr returns the bucket of key word x under geometry g.
+func ctAddr(x, g uint64) uint64 {
+	m := uint64(1) << (g & 0xff)
+	a := x & (m - 1)
+	if a < g>>8 {
+		a = x & (2*m - 1)
+	}
+	return a
+}
+
+// ctSplitGeo returns the geometry after bucket g's split pointer splits.
+func ctSplitGeo(g uint64) uint64 {
+	lg, s := g&0xff, g>>8
+	if s+1 == 1<<lg {
+		return ctGeo(lg+1, 0)
+	}
+	return ctGeo(lg, s+1)
+}
+
+// stripe returns the counter stripe of bucket i.
+func (t *ctTable[S, P]) stripe(c *ConnTable, i uint64) *connStripe {
+	return &c.stripes[t.stripe0|i&(ctStripes/2-1)]
+}
+
+// entries returns the entries the table holds, idle ones included, from
+// its stripes: a close estimate under concurrent writes.
+func (t *ctTable[S, P]) entries(c *ConnTable) int64 {
+	var n uint64
+	for i := range uint64(ctStripes / 2) {
+		s := &c.stripes[t.stripe0|i]
+		n += s.inserts.Load() - s.deletes.Load() - s.expired.Load() - s.evictions.Load()
+	}
+	return max(int64(n), 0)
 }
 
 // ctProven reports whether class c is a proven one: every class but
@@ -272,45 +344,61 @@ func ctProvenDelta(h uint64, j int, to StateClass) int64 {
 	return d
 }
 
-// index maps a key hash to its two candidate buckets (distinct when the
-// table has more than one): the high and the low half of the hash, each
-// reduced to [0, n) by a multiply (Lemire's fast range), so n need not be a
-// power of two. The slot tag comes from ctTag.
-func (t *ctTable[S, P]) index(hash uint64) (uint64, uint64) {
-	i1, _ := bits.Mul64(hash, t.n)
-	i2, _ := bits.Mul64(bits.RotateLeft64(hash, 32), t.n)
-	if i2 == i1 {
-		i2++
-		if i2 == t.n {
-			i2 = 0
-		}
-	}
-	return i1, i2
+// index maps a key hash to its two candidate buckets under geometry g:
+// the buckets (ctAddr) of two key words taken from the hash above the
+// bits the slot tag uses (ctTag), the second the first XOR an odd word,
+// so that the two differ in their lowest bit, and so do their buckets
+// under every geometry. Each candidate is the bucket of a fixed word, so a
+// split changes only the candidates that were the bucket it splits (which
+// a rule "if both fall together, take the neighbour" would break: the
+// split of one bucket would move a key's other candidate).
+func (t *ctTable[S, P]) index(hash, g uint64) (uint64, uint64) {
+	x := hash >> 4
+	return ctAddr(x, g), ctAddr(x^(bits.RotateLeft64(hash, 32)>>4|1), g)
 }
+
+// ctMoveRetries bounds how often an operation that raced a split (the
+// geometry changed under it) starts again with the new geometry before it
+// gives up as a reader or writer that found its bucket busy does. A split
+// takes a few hundred nanoseconds and the table splits one bucket per few
+// inserts, so one retry is the rule and running out means the operation
+// was descheduled among many splits.
+const ctMoveRetries = 8
 
 // search looks k up in both candidate buckets without locking and returns
 // the bucket, slot (-1 for a miss), value word and class; ok is false when
 // a bucket stayed busy, so a miss may be a false one.
-func (t *ctTable[S, P]) search(k *ctKey, i1, i2, tag uint64) (bi uint64, j int, v uint64, cls StateClass, ok bool) {
-	b1, b2 := &t.b[i1], &t.b[i2]
-	// Load both headers before scanning either, so that both cache misses
-	// are in flight together.
-	h1, h2 := b1.hdr.Load(), b2.hdr.Load()
-	j, v, h, ok1 := b1.probe(k, tag, h1)
-	if j >= 0 {
-		return i1, j, v, ctClass(h, j), true
+func (t *ctTable[S, P]) search(k *ctKey, hash, tag uint64) (bi uint64, j int, v uint64, cls StateClass, ok bool) {
+	g := t.geo.Load()
+	for try := 0; ; try++ {
+		i1, i2 := t.index(hash, g)
+		b1, b2 := &t.b[i1], &t.b[i2]
+		// Load both headers before scanning either, so that both cache
+		// misses are in flight together.
+		h1, h2 := b1.hdr.Load(), b2.hdr.Load()
+		j, v, h, ok1 := b1.probe(k, tag, h1)
+		if j >= 0 {
+			return i1, j, v, ctClass(h, j), true
+		}
+		j, v, h, ok2 := b2.probe(k, tag, h2)
+		if j >= 0 {
+			return i2, j, v, ctClass(h, j), true
+		}
+		// A miss: if a split moved k since g was read, look again where
+		// it went (see ConnTable, Growth).
+		if g2 := t.geo.Load(); g2 != g && try < ctMoveRetries {
+			g = g2
+			continue
+		}
+		return 0, -1, 0, 0, ok1 && ok2
 	}
-	j, v, h, ok2 := b2.probe(k, tag, h2)
-	if j >= 0 {
-		return i2, j, v, ctClass(h, j), true
-	}
-	return 0, -1, 0, 0, ok1 && ok2
 }
 
 // lookup implements ConnTable.Lookup for one key width.
 func (t *ctTable[S, P]) lookup(k *ctKey, hash uint64, now Tick, c *ConnTable) (uint32, StateClass, bool) {
-	i1, i2 := t.index(hash)
-	b, cls, _, ok := t.lookupFrom(k, hash, i1, i2, now, c, true)
+	g := t.geo.Load()
+	i1, i2 := t.index(hash, g)
+	b, cls, _, ok := t.lookupFrom(k, hash, g, i1, i2, now, c, true)
 	return b, cls, ok
 }
 
@@ -324,7 +412,8 @@ func (t *ctTable[S, P]) lookup(k *ctKey, hash uint64, now Tick, c *ConnTable) (u
 // instruction window one query at a time (ctPrefetch3). The second
 // bucket's second line measured no better.
 func (t *ctTable[S, P]) prepare(q *ConnQuery) {
-	q.i1, q.i2 = t.index(q.hash)
+	q.geo = t.geo.Load()
+	q.i1, q.i2 = t.index(q.hash, q.geo)
 	b1, b2 := &t.b[q.i1], &t.b[q.i2]
 	ctPrefetch3(unsafe.Pointer(b1), unsafe.Pointer(b1.line(1)), unsafe.Pointer(b2))
 }
@@ -335,23 +424,40 @@ func (b *ctBucket[S, P]) line(l uintptr) *atomic.Uint64 {
 	return (*atomic.Uint64)(unsafe.Add(unsafe.Pointer(b), l*ctCacheLine))
 }
 
-// lookupFrom is lookup with the candidate buckets found; the second
-// bucket's header is read only when the first does not hold the key. It
-// also returns the entry's last-seen tick as read (before any refresh).
-func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, i1, i2 uint64, now Tick, c *ConnTable, refresh bool) (uint32, StateClass, Tick, bool) {
+// lookupFrom is lookup with the candidate buckets i1, i2 found under
+// geometry g; the second bucket's header is read only when the first does
+// not hold the key. It also returns the entry's last-seen tick as read
+// (before any refresh).
+func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, g, i1, i2 uint64, now Tick, c *ConnTable, refresh bool) (uint32, StateClass, Tick, bool) {
 	tag := ctTag(hash)
 	// search, written out.
-	b := &t.b[i1]
-	j, v, h, ok := b.probe(k, tag, b.hdr.Load())
-	if j < 0 {
-		b = &t.b[i2]
-		var ok2 bool
-		if j, v, h, ok2 = b.probe(k, tag, b.hdr.Load()); j < 0 {
-			if !ok || !ok2 {
-				c.stripe(i1).contended.Add(1)
-			}
-			return 0, 0, 0, false
+	var (
+		b       *ctBucket[S, P]
+		j       int
+		v, h    uint64
+		ok, ok2 bool
+	)
+	for try := 0; ; try++ {
+		b = &t.b[i1]
+		if j, v, h, ok = b.probe(k, tag, b.hdr.Load()); j >= 0 {
+			break
 		}
+		b = &t.b[i2]
+		if j, v, h, ok2 = b.probe(k, tag, b.hdr.Load()); j >= 0 {
+			break
+		}
+		// A miss: if a split moved k since g was read, look again where
+		// it went. A hit needs no such check: the entry was where it was
+		// read, with the value read, at the moment of the read.
+		if g2 := t.geo.Load(); g2 != g && try < ctMoveRetries {
+			g = g2
+			i1, i2 = t.index(hash, g)
+			continue
+		}
+		if !ok || !ok2 {
+			t.stripe(c, i1).contended.Add(1)
+		}
+		return 0, 0, 0, false
 	}
 	cls := ctClass(h, j)
 	seen := ctSeen(v)
@@ -364,7 +470,10 @@ func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, i1, i2 uint64, now Tick, c *C
 		// per timeout, not per packet, and an entry expires at most 3%
 		// early. A CAS and not a store: if a writer replaced the slot since
 		// the read, the value word differs and the refresh is dropped
-		// instead of writing this flow's backend over the new entry.
+		// instead of writing this flow's backend over the new entry. (If a
+		// split moved the entry since the read, the CAS lands on the slot
+		// it left, which is free; the moved entry is refreshed by the
+		// flow's next packet.)
 		b.val(j).CompareAndSwap(v, v&^(1<<32-1)|uint64(now))
 	}
 	return ctBackend(v), cls, Tick(seen), true
@@ -372,30 +481,47 @@ func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, i1, i2 uint64, now Tick, c *C
 
 // insert implements ConnTable.Insert for one key width.
 func (t *ctTable[S, P]) insert(k *ctKey, hash uint64, backend uint32, cls StateClass, now Tick, c *ConnTable, claim bool) InsertResult {
-	i1, i2 := t.index(hash)
-	lo, hi := i1, i2
-	if lo > hi {
-		lo, hi = hi, lo
-	}
-	st := c.stripe(i1)
-	// Claim both candidate buckets in ascending order: every insert of k
-	// holds both, so two inserts of the same key cannot both miss it and
-	// place two copies.
-	blo, bhi := &t.b[lo], &t.b[hi]
-	hlo, ok := blo.tryLock()
-	if !ok {
-		st.busy.Add(1)
-		return InsertBusy
-	}
-	hhi, ok := bhi.tryLock()
-	if !ok {
+	var (
+		i1, i2   uint64
+		blo, bhi *ctBucket[S, P]
+		hlo, hhi uint64
+	)
+	for try := 0; ; try++ {
+		g := t.geo.Load()
+		i1, i2 = t.index(hash, g)
+		lo, hi := min(i1, i2), max(i1, i2)
+		// Claim both candidate buckets in ascending order: every insert of k
+		// holds both, so two inserts of the same key cannot both miss it and
+		// place two copies.
+		blo, bhi = &t.b[lo], &t.b[hi]
+		var ok bool
+		if hlo, ok = blo.tryLock(); !ok {
+			t.stripe(c, i1).busy.Add(1)
+			return InsertBusy
+		}
+		if hhi, ok = bhi.tryLock(); !ok {
+			blo.unlockUnchanged(hlo)
+			t.stripe(c, i1).busy.Add(1)
+			return InsertBusy
+		}
+		// With both held, no split can move k's candidates: a split holds
+		// the bucket it splits. If one did since g was read, k's
+		// candidates may have moved: start again.
+		if t.geo.Load() == g {
+			break
+		}
 		blo.unlockUnchanged(hlo)
-		st.busy.Add(1)
-		return InsertBusy
+		bhi.unlockUnchanged(hhi)
+		if try == ctMoveRetries {
+			t.stripe(c, i1).busy.Add(1)
+			return InsertBusy
+		}
 	}
-	b := [2]*ctBucket[S, P]{&t.b[i1], &t.b[i2]}
+	st := t.stripe(c, i1)
+	b := [2]*ctBucket[S, P]{blo, bhi}
 	h := [2]uint64{hlo, hhi}
-	if i1 != lo {
+	if i1 > i2 {
+		b[0], b[1] = bhi, blo
 		h[0], h[1] = hhi, hlo
 	}
 	v := ctVal(backend, now)
@@ -412,6 +538,7 @@ func (t *ctTable[S, P]) insert(k *ctKey, hash uint64, backend uint32, cls StateC
 			t.proven.Add(d)
 		}
 	}
+	var inserts uint64
 	switch res {
 	case InsertUpdated:
 		b[x].val(j).Store(v)
@@ -420,10 +547,11 @@ func (t *ctTable[S, P]) insert(k *ctKey, hash uint64, backend uint32, cls StateC
 	case InsertNew, InsertEvicted:
 		b[x].store(j, k, v)
 		h[x] = ctSet(h[x], j, tag, cls)
-		st.inserts.Add(1)
+		inserts = st.inserts.Add(1)
 	case InsertRefused:
 		st.refused.Add(1)
 	}
+	full := res != InsertUpdated && ctOcc(h[0]) == ctLanes && ctOcc(h[1]) == ctLanes
 	for y := range 2 {
 		if res != InsertRefused && y == x {
 			b[y].unlock(h[y])
@@ -431,7 +559,94 @@ func (t *ctTable[S, P]) insert(k *ctKey, hash uint64, backend uint32, cls StateC
 			b[y].unlockUnchanged(h[y])
 		}
 	}
+	// Grow when the table may have outgrown its part in use: every 16th
+	// insert of a stripe (a look at the count costs a few dozen loads), and
+	// at once when an insert found both its buckets full.
+	if inserts&(ctGrowEvery-1) == ctGrowEvery-1 || full {
+		t.grow(c)
+	}
 	return res
+}
+
+// ctGrowEvery is how many inserts of a stripe pass between two looks at
+// whether the table must grow (a power of two).
+const ctGrowEvery = 16
+
+// ctGrowSteps bounds the buckets one grow splits: it runs on the data
+// path, in the insert that found the table behind its entries.
+const ctGrowSteps = 32
+
+// grow splits buckets until the part in use has ctGrowSlots2/2 slots per
+// entry, at most ctGrowSteps of them, unless another writer is growing
+// the table or it is fully grown.
+func (t *ctTable[S, P]) grow(c *ConnTable) {
+	if ctActive(t.geo.Load()) >= t.n || !t.growing.CompareAndSwap(false, true) {
+		return
+	}
+	want := (uint64(t.entries(c))*ctGrowSlots2 + 2*ctSlots - 1) / (2 * ctSlots)
+	for range ctGrowSteps {
+		g := t.geo.Load()
+		if a := ctActive(g); a >= want || a >= t.n || !t.split(g, c) {
+			break
+		}
+	}
+	t.growing.Store(false)
+}
+
+// ctGrowSlots2 is twice the slots per entry a growing table keeps in use:
+// 3.5, twice the 1.75 per flow of Capacity of a full table. Linear hashing
+// loads the buckets not yet split in a round twice as much as the split
+// ones, so the buckets a round splits last hold up to twice the mean:
+// at 3.5 slots per entry, as much as a full table's at Capacity, where
+// both of a key's buckets are full only a few times per million.
+const ctGrowSlots2 = 7
+
+// split splits bucket s of geometry g (the table's current one; the
+// caller holds growing) into s and s+m, moving the entries whose
+// candidate was s and is s+m under the next geometry, and publishes the
+// next geometry. It holds both buckets throughout and publishes before it
+// lets them go, so that a reader that finds a key gone from s sees the new
+// geometry when it looks again (ctTable.search), and a writer holding a
+// bucket knows the geometry cannot move its keys (ctTable.insert). It
+// reports false, changing nothing, if a writer held s.
+func (t *ctTable[S, P]) split(g uint64, c *ConnTable) bool {
+	m, s := uint64(1)<<(g&0xff), g>>8
+	next := ctSplitGeo(g)
+	src, dst := &t.b[s], &t.b[s+m]
+	hs, ok := src.tryLock()
+	if !ok {
+		return false
+	}
+	// dst has never been in use: no reader or writer can reach it before
+	// next is published, so it is free and its lock uncontended.
+	hd, ok := dst.tryLock()
+	if !ok {
+		src.unlockUnchanged(hs)
+		return false
+	}
+	moved := false
+	var k ctKey
+	for occ := ctOcc(hs); occ != 0; occ &= occ - 1 {
+		j := ctSlot(occ)
+		src.load(j, &k)
+		i1, i2 := t.index(c.hashPacked(&k, ctKeyWords[S]() == 5), next)
+		if i1 == s || i2 == s || i1 != s+m && i2 != s+m {
+			continue // stays; (neither: placed by a hash this table does not compute)
+		}
+		f := ctSlot(^ctOcc(hd) & ctLanes) // at most five entries move into a free bucket
+		dst.store(f, &k, src.val(j).Load())
+		hd = ctSet(hd, f, hs>>(ctTagShift+4*j)&0xf, ctClass(hs, j))
+		hs = ctClear(hs, j)
+		moved = true
+	}
+	t.geo.Store(next)
+	dst.unlock(hd)
+	if moved {
+		src.unlock(hs)
+	} else {
+		src.unlockUnchanged(hs)
+	}
+	return true
 }
 
 // place chooses where k goes, with both buckets held: its own slot if
@@ -490,20 +705,34 @@ func (t *ctTable[S, P]) place(k *ctKey, tag uint64, b *[2]*ctBucket[S, P], h *[2
 
 // setClass implements ConnTable.SetClass for one key width.
 func (t *ctTable[S, P]) setClass(k *ctKey, hash uint64, cls StateClass, now Tick, c *ConnTable) bool {
-	i1, i2 := t.index(hash)
 	tag := ctTag(hash)
-	bi, j, _, _, _ := t.search(k, i1, i2, tag)
-	if j < 0 {
-		return false
+	var (
+		b  *ctBucket[S, P]
+		hd uint64
+		j  int
+	)
+	for try := 0; ; try++ {
+		g := t.geo.Load()
+		bi, j0, _, _, _ := t.search(k, hash, tag)
+		if j0 < 0 {
+			return false
+		}
+		b = &t.b[bi]
+		var ok bool
+		if hd, ok = b.tryLock(); !ok {
+			t.stripe(c, bi).busy.Add(1)
+			return false
+		}
+		if j = b.find(hd, k, tag); j >= 0 {
+			break
+		}
+		// Gone since the search: removed, or moved by a split.
+		b.unlockUnchanged(hd)
+		if t.geo.Load() == g || try == ctMoveRetries {
+			return false
+		}
 	}
-	b := &t.b[bi]
-	hd, ok := b.tryLock()
-	if !ok {
-		c.stripe(i1).busy.Add(1)
-		return false
-	}
-	j = b.find(hd, k, tag)
-	if j < 0 || ctIdle(now, ctSeen(b.val(j).Load()), c.timeout[ctClass(hd, j)]) {
+	if ctIdle(now, ctSeen(b.val(j).Load()), c.timeout[ctClass(hd, j)]) {
 		b.unlockUnchanged(hd)
 		return false
 	}
@@ -528,10 +757,9 @@ func (t *ctTable[S, P]) setClass(k *ctKey, hash uint64, cls StateClass, now Tick
 
 // remove implements ConnTable.Delete for one key width.
 func (t *ctTable[S, P]) remove(k *ctKey, hash uint64, c *ConnTable) bool {
-	i1, i2 := t.index(hash)
 	tag := ctTag(hash)
 	for {
-		bi, j, _, _, ok := t.search(k, i1, i2, tag)
+		bi, j, _, _, ok := t.search(k, hash, tag)
 		if j < 0 {
 			if ok {
 				return false
@@ -546,10 +774,10 @@ func (t *ctTable[S, P]) remove(k *ctKey, hash uint64, c *ConnTable) bool {
 				t.proven.Add(-1)
 			}
 			b.unlock(ctClear(hd, j))
-			c.stripe(bi).deletes.Add(1)
+			t.stripe(c, bi).deletes.Add(1)
 			return true
 		}
-		// Deleted or replaced since the search; look again.
+		// Deleted, replaced or moved since the search; look again.
 		b.unlockUnchanged(hd)
 	}
 }
@@ -585,7 +813,7 @@ func (t *ctTable[S, P]) age(i uint64, now Tick, c *ConnTable) int {
 		t.proven.Add(-proven)
 	}
 	b.unlock(hd)
-	c.stripe(i).expired.Add(uint64(n))
+	t.stripe(c, i).expired.Add(uint64(n))
 	return n
 }
 

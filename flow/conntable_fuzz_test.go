@@ -19,12 +19,10 @@ func ctPeek(ct *ConnTable, k *Key) (e ctModelEntry, ok bool) {
 	var v uint64
 	if k.Family == FamilyIPv4 {
 		h := ct.pack4(k, &p)
-		i1, i2 := ct.v4.index(h)
-		_, j, v, e.class, _ = ct.v4.search(&p, i1, i2, ctTag(h))
+		_, j, v, e.class, _ = ct.v4.search(&p, h, ctTag(h))
 	} else {
 		h := ct.pack6(k, &p)
-		i1, i2 := ct.v6.index(h)
-		_, j, v, e.class, _ = ct.v6.search(&p, i1, i2, ctTag(h))
+		_, j, v, e.class, _ = ct.v6.search(&p, h, ctTag(h))
 	}
 	e.backend, e.seen = ctBackend(v), ctSeen(v)
 	return e, j >= 0
@@ -36,11 +34,11 @@ func ctWindow(ct *ConnTable, k *Key) []ctEntry {
 	var es [ctSlots]ctEntry
 	var out []ctEntry
 	if k.Family == FamilyIPv4 {
-		i1, i2 := ct.v4.index(ct.pack4(k, &p))
+		i1, i2 := ct.v4.index(ct.pack4(k, &p), ct.v4.geo.Load())
 		out = append(out, es[:ct.v4.snapshot(i1, &es)]...)
 		out = append(out, es[:ct.v4.snapshot(i2, &es)]...)
 	} else {
-		i1, i2 := ct.v6.index(ct.pack6(k, &p))
+		i1, i2 := ct.v6.index(ct.pack6(k, &p), ct.v6.geo.Load())
 		out = append(out, es[:ct.v6.snapshot(i1, &es)]...)
 		out = append(out, es[:ct.v6.snapshot(i2, &es)]...)
 	}

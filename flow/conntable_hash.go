@@ -27,6 +27,11 @@ func (t *ConnTable) pack4(k *Key, p *ctKey) uint64 {
 	if t.fleet != nil {
 		return t.spread(t.fleet.Hash(k, Tuple5))
 	}
+	return t.mix4(p)
+}
+
+// mix4 is the table's own hash of a packed IPv4 key.
+func (t *ConnTable) mix4(p *ctKey) uint64 {
 	return ctMum(ctMum(p[0]^t.seed[0], p[1]^t.seed[1]), t.seed[2])
 }
 
@@ -42,9 +47,31 @@ func (t *ConnTable) pack6(k *Key, p *ctKey) uint64 {
 	if t.fleet != nil {
 		return t.spread(t.fleet.Hash(k, Tuple5))
 	}
+	return t.mix6(p)
+}
+
+// mix6 is the table's own hash of a packed IPv6 key.
+func (t *ConnTable) mix6(p *ctKey) uint64 {
 	h := ctMum(p[0]^t.seed[0], p[1]^t.seed[1])
 	h = ctMum(h^p[2]^t.seed[2], p[3]^t.seed[3])
 	return ctMum(h^p[4], t.seed[0]^t.seed[2])
+}
+
+// hashPacked returns the hash of a stored key, as pack4 or pack6 hashed
+// it when it was stored: for a split, which finds a stored key's
+// candidates under the next geometry.
+func (t *ConnTable) hashPacked(p *ctKey, v6 bool) uint64 {
+	if t.fleet != nil {
+		k := ctUnpack4(p)
+		if v6 {
+			k = ctUnpack6(p)
+		}
+		return t.spread(t.fleet.Hash(&k, Tuple5))
+	}
+	if v6 {
+		return t.mix6(p)
+	}
+	return t.mix4(p)
 }
 
 // put6 packs an IPv6 key into five words.

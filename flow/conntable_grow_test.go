@@ -1,0 +1,230 @@
+package flow
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestConnTableGrows: a table sized for a million flows that holds a
+// thousand keeps them in the few dozen KiB it grew to, and finds them; a
+// Preallocate table has all of it in use from the start.
+func TestConnTableGrows(t *testing.T) {
+	ct := newCT(t, ConnTableConfig{Capacity: 1 << 20})
+	require.Equal(t, (256+128)*ctSlots, ct.InUse(), "32 KiB of each family at first")
+	for i := range uint32(1000) {
+		k := ctKey4(i)
+		require.Equal(t, InsertNew, ct.Insert(&k, i, ClassEstablished, 0))
+	}
+	// 3.5 slots per entry: 700 buckets (88 KiB), less the entries whose
+	// stripes have not looked at the count since (fewer than ctGrowEvery
+	// each), plus what the last grow split at once.
+	v4 := ctActive(ct.v4.geo.Load())
+	assert.GreaterOrEqual(t, v4, uint64(1000-ctStripes/2*(ctGrowEvery-1))*7/10)
+	assert.LessOrEqual(t, v4, uint64(700+ctGrowSteps))
+	assert.Equal(t, uint64(128), ctActive(ct.v6.geo.Load()), "no IPv6 flow: the IPv6 table did not grow")
+	for i := range uint32(1000) {
+		k := ctKey4(i)
+		b, _, ok := ct.Lookup(&k, 1)
+		require.True(t, ok, i)
+		require.Equal(t, i, b)
+	}
+	pre := newCT(t, ConnTableConfig{Capacity: 1 << 20, Preallocate: true})
+	assert.Equal(t, pre.Cap(), pre.InUse())
+}
+
+// TestConnTableGrowKeepsEveryKey inserts keys one by one into a table that
+// grows from its first 32 KiB through several doublings and, after every
+// insert that split buckets, finds every key stored so far with its backend: no split loses
+// or misplaces an entry, for both families and both hashes (the table's
+// own and the fleet's, which a split recomputes from the stored key).
+func TestConnTableGrowKeepsEveryKey(t *testing.T) {
+	fleet := NewHasher(7)
+	for _, h := range []struct {
+		name   string
+		hasher *Hasher
+	}{{"own hash", nil}, {"fleet hash", &fleet}} {
+		for _, fam := range []int{4, 6} {
+			t.Run(fmt.Sprintf("%s/IPv%d", h.name, fam), func(t *testing.T) {
+				for seed := range uint64(4) {
+					ct := newCT(t, ConnTableConfig{Capacity: 1 << 16, IPv6Capacity: 1 << 14, Hasher: h.hasher})
+					ctSeed(ct, seed)
+					tab := &ct.v4.geo
+					if fam == 6 {
+						tab = &ct.v6.geo
+					}
+					start := ctActive(tab.Load())
+					const n = 1200
+					last := tab.Load()
+					for i := range uint32(n) {
+						k := ctKeyOf(fam, i)
+						require.Equal(t, InsertNew, ct.Insert(&k, i+1, ClassUDP, 0), "insert %d", i)
+						if g := tab.Load(); g == last && i%64 != 0 {
+							continue // no split since the last look
+						}
+						last = tab.Load()
+						for j := range i + 1 {
+							k := ctKeyOf(fam, j)
+							b, _, ok := ct.Lookup(&k, 1)
+							require.True(t, ok, "seed %d, after insert %d: key %d lost", seed, i, j)
+							require.Equal(t, j+1, b)
+						}
+					}
+					require.Greater(t, ctActive(tab.Load()), 3*start, "grew through doublings")
+					seen := 0
+					ct.Range(func(k Key, b uint32, _ StateClass, _ Tick) bool {
+						require.Equal(t, ctKeyOf(fam, b-1), k)
+						seen++
+						return true
+					})
+					require.Equal(t, n, seen, "each key stored once")
+					require.Zero(t, ct.Stats().Refused+ct.Stats().Evictions)
+				}
+			})
+		}
+	}
+}
+
+// TestConnTableGrowConcurrent: while writers insert tens of thousands of
+// new flows, which make the table split thousands of buckets, readers
+// look up flows stored before, through Lookup and prepared queries, and
+// an ager sweeps. A reader never misses a stored flow except by a lookup
+// that gave up on a busy bucket (Stats.Contended, a descheduled writer),
+// and never reads another flow's backend. Run it with -race too.
+func TestConnTableGrowConcurrent(t *testing.T) {
+	ct := newCT(t, ConnTableConfig{Capacity: 1 << 16, IPv6Capacity: 1 << 13})
+	const old = 300
+	for i := range uint32(old) {
+		for _, fam := range []int{4, 6} {
+			k := ctKeyOf(fam, i)
+			require.Equal(t, InsertNew, ct.Insert(&k, i+1, ClassEstablished, 0))
+		}
+	}
+	start4, start6 := ctActive(ct.v4.geo.Load()), ctActive(ct.v6.geo.Load())
+	newFlows := 30000
+	if testing.Short() {
+		newFlows = 6000
+	}
+	var (
+		misses, wrong atomic.Int64
+		lookups       atomic.Int64
+		stop          atomic.Bool
+		readers, wg   sync.WaitGroup
+	)
+	for r := range 2 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			var q ConnQuery
+			for i := 0; !stop.Load(); i++ {
+				id := uint32(i % old)
+				k := ctKeyOf(4+2*((i/old+r)%2), id)
+				var b uint32
+				var ok bool
+				if i%2 == 0 {
+					b, _, ok = ct.Lookup(&k, 1)
+				} else {
+					ct.Prepare(&q, &k)
+					runtime.Gosched() // let the table move on between Prepare and the lookup
+					b, _, ok = ct.LookupPrepared(&q, 1)
+				}
+				lookups.Add(1)
+				switch {
+				case !ok:
+					misses.Add(1)
+				case b != id+1:
+					wrong.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Add(2)
+	for w := range 2 {
+		go func() {
+			defer wg.Done()
+			for i := range newFlows {
+				id := uint32(old + w*newFlows + i)
+				k := ctKeyOf(4+2*(i%4/3), id) // a quarter IPv6
+				r := ct.Insert(&k, id+1, ClassUntrusted, 0)
+				if r == InsertBusy {
+					continue
+				}
+				assert.True(t, r.Stored(), "insert %d: %v", id, r)
+			}
+		}()
+	}
+	readers.Add(1)
+	go func() {
+		defer readers.Done()
+		for !stop.Load() {
+			ct.Age(2, 64) // nothing is idle at 2: the sweep only holds buckets
+		}
+	}()
+	wg.Wait()
+	for lookups.Load() < 20000 {
+		runtime.Gosched()
+	}
+	stop.Store(true)
+	readers.Wait()
+
+	st := ct.Stats()
+	t.Logf("%d lookups, %d misses, %d contended; in use: IPv4 %d → %d buckets, IPv6 %d → %d",
+		lookups.Load(), misses.Load(), st.Contended, start4, ctActive(ct.v4.geo.Load()), start6, ctActive(ct.v6.geo.Load()))
+	require.Zero(t, wrong.Load(), "a lookup read another flow's backend")
+	require.LessOrEqual(t, uint64(misses.Load()), st.Contended, "every miss of a stored flow gave up on a busy bucket")
+	require.Greater(t, ctActive(ct.v4.geo.Load()), 16*start4, "the IPv4 table grew")
+	require.Greater(t, ctActive(ct.v6.geo.Load()), 4*start6, "the IPv6 table grew")
+	for i := range uint32(old) {
+		for _, fam := range []int{4, 6} {
+			k := ctKeyOf(fam, i)
+			b, _, ok := ct.Lookup(&k, 1)
+			require.True(t, ok)
+			require.Equal(t, i+1, b)
+		}
+	}
+}
+
+// TestConnTableGrowConcurrentInserts: writers insert the same keys at
+// once while the table grows under them; each key ends up stored exactly
+// once (an insert that raced a split starts again under the new geometry
+// instead of placing a second copy).
+func TestConnTableGrowConcurrentInserts(t *testing.T) {
+	ct := newCT(t, ConnTableConfig{Capacity: 1 << 16})
+	n := 20000
+	if testing.Short() {
+		n = 5000
+	}
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range n {
+				id := uint32(i)
+				if w == 1 {
+					id = uint32(n - 1 - i) // from the other end, to meet the others
+				}
+				k := ctKey4(id)
+				for ct.Insert(&k, id+1, ClassUDP, 0) == InsertBusy {
+					runtime.Gosched()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	count := make([]int, n)
+	ct.Range(func(k Key, b uint32, _ StateClass, _ Tick) bool {
+		require.Equal(t, ctKey4(b-1), k)
+		count[b-1]++
+		return true
+	})
+	for id, c := range count {
+		require.Equal(t, 1, c, "key %d stored %d times", id, c)
+	}
+	assert.Equal(t, n, ct.Len())
+}
