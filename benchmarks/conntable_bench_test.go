@@ -77,6 +77,18 @@ var connImpls = []struct {
 	new  func(n int) connTable // nil: ours, from connSet
 }{
 	{"xdplb", nil},
+	// Ours preallocated (flow.ConnTableConfig.Preallocate): all of it in
+	// use from the start, exactly 1.75 slots per flow; the default grows
+	// with its flows and rounds its buckets up to a power of two.
+	// (Sized 0.1% above the flows, so that none of the few a full table
+	// refuses is refused here: every lookup must hit.)
+	{"xdplb-prealloc", func(n int) connTable {
+		t, err := flow.NewConnTable(flow.ConnTableConfig{Capacity: n + n/1000 + 8, Preallocate: true})
+		if err != nil {
+			panic(err)
+		}
+		return ourConns{t}
+	}},
 	{"sync.Map", func(int) connTable { return syncMapConns{new(sync.Map)} }},
 	{"xsync.Map", func(n int) connTable {
 		return xsyncConns{xsync.NewMap[flow.Key, uint32](xsync.WithPresize(n))}
@@ -124,6 +136,9 @@ func (cs *connSet) table(i int) (connTable, uint64) {
 	t := connImpls[i].new(len(cs.keys))
 	for j := range cs.keys {
 		t.store(&cs.keys[j], uint32(j), 0)
+	}
+	if ct, ok := t.(ourConns); ok {
+		return ct, uint64(ct.t.MemoryBytes())
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)

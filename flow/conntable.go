@@ -47,14 +47,21 @@ type ConnTableConfig struct {
 	// once per packet instead of twice. Nil: the table hashes keys with a
 	// cheaper keyed mix of its own, and PrepareHashed is Prepare.
 	Hasher *Hasher
-	// Preallocate puts the whole table in use from the start. By default
-	// the part of the table in use starts at 32 KiB and grows with the
-	// flows stored (ConnTable, Growth), so that a table sized for a
-	// million flows that holds a thousand keeps them in a few pages
-	// instead of spreading them over the whole allocation; growing costs
-	// the inserts that split buckets a few microseconds every few dozen
-	// inserts, until the table is fully grown.
+	// Preallocate puts the whole table in use from the start, at exactly
+	// 1.75 slots per flow: the least memory at full load (56 bytes per
+	// flow of Capacity, see ConnTable, Memory), with every flow's entry
+	// anywhere in it. By default the part of the table in use starts at
+	// 32 KiB and grows with the flows stored (ConnTable, Growth), so that
+	// a table sized for a million flows that holds a thousand keeps them
+	// in a few dozen pages instead of spreading them over the whole
+	// allocation; the price is the buckets rounded up to a power of two
+	// (up to twice the memory when full) and a few microseconds of
+	// splitting every few dozen inserts until the table is fully grown.
 	Preallocate bool
+
+	// start, for tests: the buckets of each family a growing table starts
+	// with in use (a power of two); 0 selects ctGrowFrom bytes' worth.
+	start int
 }
 
 // DefaultProveAfter is the default ConnTableConfig.ProveAfter: 200 ms,
@@ -224,14 +231,16 @@ type connStripe struct {
 // modulo m or, for buckets below the split pointer s, modulo 2m; splitting
 // bucket s moves the entries of s whose candidate is now s+m there (at most
 // five, into a bucket never used before) and advances s, doubling m when s
-// reaches it. An insert that finds the table holding fewer than 3.5 slots
+// reaches it. An insert that finds the table holding fewer than 5 slots
 // in use per entry (a look at the counters every 16 inserts of a stripe,
 // and whenever an insert finds both its buckets full) splits up to 32
 // buckets, one writer at a time, until the array is in use
-// (ConnTableConfig.Preallocate starts it so). 3.5 is twice a full table's
-// 1.75 because linear hashing loads the buckets a round has not split yet
-// twice as much as those it has: the fullest are as full as a full
-// table's at Capacity. So a table sized for a
+// (ConnTableConfig.Preallocate starts it so). 5 is about three times a
+// full table's 1.75 because linear hashing loads the buckets a round has
+// not split yet twice as much as those it has, and because a growing
+// table puts a new key in its second bucket only when that holds two
+// entries fewer than the first (so that lookups read one bucket more
+// often): at 5 slots per entry the fullest buckets have room for both. So a table sized for a
 // million flows that holds a thousand keeps them in a few dozen pages: on
 // a machine whose memory is mapped in small pages its lookups do not pay
 // a page walk each, which a thousand flows spread over 45 MiB did.
@@ -260,10 +269,11 @@ type connStripe struct {
 // 128 bytes per 5 IPv4 slots is 25.6 bytes per slot, 44.8 bytes per flow of
 // Capacity at 1.75 slots per flow; the default IPv6 table (Capacity/8
 // flows at 51.2 bytes per slot) adds 11.2, so MemoryBytes/Capacity is 56
-// to 112 bytes (rounding up to a power of two of buckets), plus 4 KiB of
-// counter stripes. MemoryBytes is what the table reserves; the memory it
-// touches is the part in use, about 90 bytes per IPv4 entry stored (3.5
-// slots per entry) until it is fully grown.
+// bytes with Preallocate, and 56 to 112 for a growing table (whose
+// buckets are rounded up to a power of two: 84 at a Capacity of 1M), plus
+// 4 KiB of counter stripes. MemoryBytes is what the table reserves; a
+// growing table touches only the part in use, about 128 bytes per IPv4
+// entry stored (5 slots per entry) until it is fully grown.
 type ConnTable struct {
 	v4      ctTable[[3]atomic.Uint64, [0]uint64]
 	v6      ctTable[[6]atomic.Uint64, [1]uint64]
@@ -304,7 +314,7 @@ func (cfg ConnTableConfig) withDefaults() (ConnTableConfig, error) {
 	if cfg.IPv6Capacity == 0 {
 		cfg.IPv6Capacity = max(cfg.Capacity/8, 1)
 	}
-	if size := uint64(ctBucketsFor(cfg.Capacity))*128 + uint64(ctBucketsFor(cfg.IPv6Capacity))*256; size > math.MaxInt/2 {
+	if size := uint64(ctBucketsFor(cfg.Capacity, !cfg.Preallocate))*128 + uint64(ctBucketsFor(cfg.IPv6Capacity, !cfg.Preallocate))*256; size > math.MaxInt/2 {
 		return cfg, fmt.Errorf("%w: %d bytes of buckets do not fit this platform's address space", ErrConnTableConfig, size)
 	}
 	def := DefaultTimeouts()
@@ -360,9 +370,9 @@ func NewConnTable(cfg ConnTableConfig) (*ConnTable, error) {
 	if cfg.ProvenShare == 0 {
 		cfg.ProvenShare = 1
 	}
-	n4, n6 := ctBucketsFor(cfg.Capacity), ctBucketsFor(cfg.IPv6Capacity)
-	t.v4.init(n4, ctStart(n4, 128, !cfg.Preallocate), provenLimit(cfg.Capacity, cfg.ProvenShare), 0)
-	t.v6.init(n6, ctStart(n6, 256, !cfg.Preallocate), provenLimit(cfg.IPv6Capacity, cfg.ProvenShare), ctStripes/2)
+	grow := !cfg.Preallocate
+	t.v4.init(ctBucketsFor(cfg.Capacity, grow), cfg.Preallocate, cfg.start, provenLimit(cfg.Capacity, cfg.ProvenShare), 0)
+	t.v6.init(ctBucketsFor(cfg.IPv6Capacity, grow), cfg.Preallocate, cfg.start, provenLimit(cfg.IPv6Capacity, cfg.ProvenShare), ctStripes/2)
 	t.stripes = ctAligned[connStripe](ctStripes)
 	for i := range t.seed {
 		t.seed[i] = rand.Uint64() | 1
@@ -378,13 +388,16 @@ func NewConnTable(cfg ConnTableConfig) (*ConnTable, error) {
 // provenLimit is the most proven entries a table sized for n flows holds.
 func provenLimit(n int, share float64) int64 { return max(int64(float64(n)*share), 1) }
 
-// ctBucketsFor returns the buckets for n flows: 1.75 slots per flow,
-// rounded up to a power of two (the table grows by splitting buckets in
-// two, see ConnTable), at least two so that every key has two distinct
-// candidates.
-func ctBucketsFor(n int) int {
+// ctBucketsFor returns the buckets for n flows: 1.75 slots per flow, at
+// least two so that every key has two distinct candidates, rounded up to
+// a power of two for a table that grows (by splitting buckets in two, see
+// ConnTable).
+func ctBucketsFor(n int, grow bool) int {
 	b := max(int((uint64(n)*7+4*ctSlots-1)/(4*ctSlots)), 2)
-	return 1 << bits.Len(uint(b-1))
+	if grow {
+		b = 1 << bits.Len(uint(b-1))
+	}
+	return b
 }
 
 // Config returns the configuration in force, defaults filled in.
@@ -676,7 +689,8 @@ func (t *ConnTable) Len() int { return t.Stats().Entries }
 
 // Cap returns the number of slots, IPv4 and IPv6: the most flows the table
 // can ever hold. It is 1.75 × Capacity and 1.75 × IPv6Capacity, each
-// rounded up to a power of two of buckets.
+// rounded up to whole buckets, and for a growing table (the default) to a
+// power of two of them.
 func (t *ConnTable) Cap() int { return int(t.v4.n+t.v6.n) * ctSlots }
 
 // InUse returns the number of slots in the part of the table in use: Cap

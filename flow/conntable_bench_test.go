@@ -16,11 +16,18 @@ var ctBenchSizes = []struct {
 	{"1M", 1 << 20},
 }
 
+// ctBenchLayouts are the two layouts of a table: growing with its flows
+// (the default) and preallocated.
+var ctBenchLayouts = []struct {
+	name string
+	pre  bool
+}{{"grow", false}, {"prealloc", true}}
+
 // ctBenchTable returns a table of the given capacity holding that many
 // IPv4 flows, and their keys.
-func ctBenchTable(b *testing.B, flows int) (*ConnTable, []Key) {
+func ctBenchTable(b *testing.B, flows int, pre ...bool) (*ConnTable, []Key) {
 	b.Helper()
-	ct := newCT(b, ConnTableConfig{Capacity: flows})
+	ct := newCT(b, ConnTableConfig{Capacity: flows, Preallocate: len(pre) > 0 && pre[0]})
 	keys := make([]Key, 0, flows)
 	for i := range flows {
 		k := ctBenchKey(uint32(i))
@@ -60,37 +67,43 @@ var ctBenchSeed atomic.Uint64
 // BenchmarkConnTable is the data-path mix: 90% Lookup, 10% Insert (of a
 // present flow: the table stays at its size), from every P in parallel.
 // Time advances one tick every 64 operations per goroutine, as it would per
-// batch. It reports the table's memory per flow.
+// batch. It reports the table's memory per flow, for both layouts.
 func BenchmarkConnTable(b *testing.B) {
 	for _, sz := range ctBenchSizes {
-		b.Run("flows="+sz.name+"/mix=90-10", func(b *testing.B) {
-			ct, keys := ctBenchTable(b, sz.flows)
-			n := uint64(len(keys))
-			var misses atomic.Uint64
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				r := ctRand(ctBenchSeed.Add(0x9e3779b97f4a7c15))
-				var ops, miss uint64
-				for pb.Next() {
-					x := r.next()
-					i := (x >> 8) % n
-					now := Tick(ops >> 6)
-					ops++
-					if x&0xff < 26 { // 10%
-						ct.Insert(&keys[i], uint32(i), ClassEstablished, now)
-					} else if be, _, ok := ct.Lookup(&keys[i], now); !ok {
-						miss++ // only if a writer was descheduled mid-write
-					} else if be != uint32(i) {
-						b.Fatalf("lookup %d: backend %d", i, be)
-					}
-				}
-				misses.Add(miss)
+		for _, lay := range ctBenchLayouts {
+			b.Run("flows="+sz.name+"/mix=90-10/layout="+lay.name, func(b *testing.B) {
+				benchConnTableMix(b, sz.flows, lay.pre)
 			})
-			b.ReportMetric(float64(ct.MemoryBytes())/float64(ct.Len()), "B/flow")
-			b.ReportMetric(float64(misses.Load())/float64(b.N), "miss/op")
-		})
+		}
 	}
+}
+
+func benchConnTableMix(b *testing.B, flows int, pre bool) {
+	ct, keys := ctBenchTable(b, flows, pre)
+	n := uint64(len(keys))
+	var misses atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		r := ctRand(ctBenchSeed.Add(0x9e3779b97f4a7c15))
+		var ops, miss uint64
+		for pb.Next() {
+			x := r.next()
+			i := (x >> 8) % n
+			now := Tick(ops >> 6)
+			ops++
+			if x&0xff < 26 { // 10%
+				ct.Insert(&keys[i], uint32(i), ClassEstablished, now)
+			} else if be, _, ok := ct.Lookup(&keys[i], now); !ok {
+				miss++ // only if a writer was descheduled mid-write
+			} else if be != uint32(i) {
+				b.Fatalf("lookup %d: backend %d", i, be)
+			}
+		}
+		misses.Add(miss)
+	})
+	b.ReportMetric(float64(ct.MemoryBytes())/float64(ct.Len()), "B/flow")
+	b.ReportMetric(float64(misses.Load())/float64(b.N), "miss/op")
 }
 
 // BenchmarkConnTableOps measures single operations on one goroutine.

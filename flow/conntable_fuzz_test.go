@@ -67,14 +67,21 @@ func FuzzConnTable(f *testing.F) {
 		fill = append(fill, 7, 0, 0, 6, 0, 7)
 	}
 	f.Add(fill)
+	f.Add(append([]byte{0x40 | fill[0]}, fill[1:]...)) // preallocated
 	f.Fuzz(func(t *testing.T, data []byte) {
 		to := Timeouts{
 			Untrusted: 100 * time.Millisecond, Established: time.Second,
 			Closing: 50 * time.Millisecond, UDP: 300 * time.Millisecond,
 		}
-		// Small enough that windows fill: 3 IPv4 buckets for 32 keys, 2
-		// IPv6 buckets for 8.
-		ct, err := NewConnTable(ConnTableConfig{Capacity: 8, IPv6Capacity: 4, Timeouts: to})
+		// Small enough that windows fill: 4 IPv4 buckets for 32 keys, 2
+		// IPv6 buckets for 8, grown from the first 2 IPv4 buckets (the
+		// smallest start) while the fuzzer fills them; with bit 6 of the
+		// first byte set, 3 and 2 buckets preallocated.
+		cfg := ConnTableConfig{Capacity: 8, IPv6Capacity: 4, Timeouts: to, start: 2}
+		if len(data) > 0 && data[0]&0x40 != 0 {
+			cfg.Preallocate = true
+		}
+		ct, err := NewConnTable(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -207,9 +214,10 @@ func FuzzConnTable(f *testing.F) {
 						want++
 					}
 				}
+				inUse := ct.InUse()
 				scanned, n := ct.Age(now, ct.Cap())
-				if scanned != ct.Cap() || n != want {
-					t.Fatalf("Age = %d, %d; want %d, %d", scanned, n, ct.Cap(), want)
+				if scanned != inUse || n != want {
+					t.Fatalf("Age = %d, %d; want %d, %d", scanned, n, inUse, want)
 				}
 				syncRemoved("Age", idleAt)
 			case 6: // partial sweep

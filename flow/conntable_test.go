@@ -108,6 +108,12 @@ func TestConnTableDefaults(t *testing.T) {
 	// In use from the start: 32 KiB of each, 256 IPv4 buckets, and all 64
 	// IPv6 buckets (16 KiB).
 	assert.Equal(t, (256+64)*ctSlots, ct.InUse())
+	// Preallocated: exactly 1.75 slots per flow in whole buckets, all in
+	// use: 800 → 280 buckets, 100 → 35.
+	pre := newCT(t, ConnTableConfig{Capacity: 800, Preallocate: true})
+	assert.Equal(t, (280+35)*ctSlots, pre.Cap())
+	assert.Equal(t, pre.Cap(), pre.InUse())
+	assert.Equal(t, 280*128+35*256+ctStripes*64, pre.MemoryBytes())
 	assert.Equal(t, 0, ct.Len())
 }
 
@@ -374,12 +380,21 @@ func TestConnTableHeader(t *testing.T) {
 }
 
 // TestConnTableFillToCapacity checks the sizing claim: a table filled to
-// its Capacity with distinct flows stores all but a few of them. (Seeded,
-// so deterministic; a simulation of the placement gives about 3 refusals
-// per million at 100% and essentially none below 85%.)
+// its Capacity with distinct flows stores all but a few of them, growing
+// (the default) or preallocated. (Seeded, so deterministic; a simulation
+// of the preallocated placement gives about 3 refusals per million at
+// 100% and essentially none below 85%.)
 func TestConnTableFillToCapacity(t *testing.T) {
+	for _, pre := range []bool{false, true} {
+		t.Run(fmt.Sprint("Preallocate=", pre), func(t *testing.T) {
+			testConnTableFillToCapacity(t, pre)
+		})
+	}
+}
+
+func testConnTableFillToCapacity(t *testing.T, pre bool) {
 	const n = 200_000
-	ct := newCT(t, ConnTableConfig{Capacity: n})
+	ct := newCT(t, ConnTableConfig{Capacity: n, Preallocate: pre})
 	ctSeed(ct, 3)
 	refusedAt80 := uint64(0)
 	for i := range uint32(n) {
@@ -394,10 +409,14 @@ func TestConnTableFillToCapacity(t *testing.T) {
 	assert.Zero(t, refusedAt80, "refused before 80% of Capacity")
 	assert.LessOrEqual(t, st.Refused, uint64(10), "refused at 100%% of Capacity")
 	assert.Equal(t, n-int(st.Refused), ct.Len())
-	// 56 B/flow at 1.75 slots per flow, up to twice that as the buckets
-	// are rounded up to a power of two (here 70,000 → 131,072 IPv4).
-	assert.LessOrEqual(t, float64(ct.MemoryBytes())/float64(ct.Len()), 112.0, "B/flow")
 	assert.Equal(t, ct.v4.n, ctActive(ct.v4.geo.Load()), "fully grown")
+	if pre {
+		assert.LessOrEqual(t, float64(ct.MemoryBytes())/float64(ct.Len()), 64.0, "B/flow")
+	} else {
+		// Up to twice that as the buckets are rounded up to a power of
+		// two (here 70,000 → 131,072 IPv4).
+		assert.LessOrEqual(t, float64(ct.MemoryBytes())/float64(ct.Len()), 112.0, "B/flow")
+	}
 	t.Logf("refused %d of %d; %.1f B/flow", st.Refused, n, float64(ct.MemoryBytes())/float64(ct.Len()))
 }
 
