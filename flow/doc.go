@@ -37,8 +37,10 @@
 //
 // ConnTable remembers which backend each established flow was sent to, so
 // that flows keep their backend when the Maglev table changes (a backend
-// added, drained or reweighted). It is lock-free for readers, sized once,
-// and ages entries by protocol state. Built with the fleet's Hasher
+// added, drained or reweighted). It is lock-free for readers, allocated
+// once for its Capacity, uses only as much of that as its flows need (the
+// part in use grows with them, so a few flows stay in a few pages), and
+// ages entries by protocol state. Built with the fleet's Hasher
 // (ConnTableConfig.Hasher) it places a key by the key's 5-tuple flow hash,
 // so a stage that has hashed the key for Maglev hands that hash over
 // (ConnTable.PrepareHashed) and each packet is hashed once. Large tables

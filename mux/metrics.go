@@ -23,6 +23,7 @@ type muxCollector struct{ m *Mux }
 var (
 	descConns     = prometheus.NewDesc("xdplb_conntable_entries", "Flows in the connection table.", nil, nil)
 	descConnCap   = prometheus.NewDesc("xdplb_conntable_capacity", "Slots of the connection table.", nil, nil)
+	descConnInUse = prometheus.NewDesc("xdplb_conntable_in_use", "Slots of the part of the connection table in use: it grows with the flows stored, up to xdplb_conntable_capacity.", nil, nil)
 	descConnEv    = prometheus.NewDesc("xdplb_conntable_events_total", "Connection table events.", []string{"event"}, nil)
 	descConnClass = prometheus.NewDesc("xdplb_conntable_class_entries", "Flows in the connection table by trust: untrusted (new, evictable) or proven (established, closing, udp).", []string{"class"}, nil)
 	descVIPConn   = prometheus.NewDesc("xdplb_vip_conntable_total", "New flows of a VIP by what the connection table did: inserted (untrusted), evicted (inserted over another flow's entry), promoted (proven), refused (no room), share_refused (the VIP past its share of untrusted entries; forwarded without an entry). Removed VIPs keep their name.", []string{"vip", "outcome"}, nil)
@@ -50,7 +51,7 @@ var (
 
 func (c muxCollector) Describe(ch chan<- *prometheus.Desc) {
 	nodemetrics.Describe(ch)
-	for _, d := range []*prometheus.Desc{descConns, descConnCap, descConnEv, descConnClass, descVIPConn, descSkew, descBackends, descProbes,
+	for _, d := range []*prometheus.Desc{descConns, descConnCap, descConnInUse, descConnEv, descConnClass, descVIPConn, descSkew, descBackends, descProbes,
 		descProbeUp, descAnnounced, descUp, descVIPPackets, descVIPBytes, descVIPFlows, descBackPackets, descBackBytes, descBackFlows,
 		descReturnPackets, descReturnBytes, descAllocations, descAllocRefused} {
 		ch <- d
@@ -78,6 +79,7 @@ func (c muxCollector) Collect(ch chan<- prometheus.Metric) {
 		cs := conns.Stats()
 		gauge(descConns, float64(cs.Entries))
 		gauge(descConnCap, float64(conns.Cap()))
+		gauge(descConnInUse, float64(conns.InUse()))
 		counter(descConnEv, cs.Inserts, "insert")
 		counter(descConnEv, cs.Updates, "update")
 		counter(descConnEv, cs.Evictions, "eviction")

@@ -282,8 +282,14 @@ func TestCollectorTraffic(t *testing.T) {
 		}
 		return want
 	}
-	got := traffic(scrape(t, r.m.Collector()))
+	all := scrape(t, r.m.Collector())
+	got := traffic(all)
 	require.Equal(t, expected(), got)
+	// The connection table's part in use, grown with the 600 flows, and
+	// all of it.
+	require.EqualValues(t, r.m.Conns().InUse(), all["xdplb_conntable_in_use"])
+	require.EqualValues(t, r.m.Conns().Cap(), all["xdplb_conntable_capacity"])
+	require.Less(t, all["xdplb_conntable_in_use"], all["xdplb_conntable_capacity"])
 	require.EqualValues(t, len(sent), got[`xdplb_vip_packets_total{vip="web4"}`]+
 		got[`xdplb_vip_packets_total{vip="dns4"}`]+got[`xdplb_vip_packets_total{vip="web6"}`])
 	require.EqualValues(t, len(flows), got[`xdplb_vip_new_flows_total{vip="web4"}`]+
