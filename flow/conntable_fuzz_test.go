@@ -190,6 +190,21 @@ func FuzzConnTable(f *testing.F) {
 				cls := StateClass(arg % 4)
 				ok := ct.SetClass(k, cls, now)
 				want := present && !idleAt(e)
+				if want && !ctProven(e.class) && ctProven(cls) {
+					// A promotion past the family's proven limit
+					// (ProvenShare × Capacity) is refused; proven entries
+					// count until they are removed, idle or not.
+					limit, proven := ct.v4.maxProven, int64(0)
+					if id >= 32 {
+						limit = ct.v6.maxProven
+					}
+					for mid, me := range model {
+						if mid >= 32 == (id >= 32) && ctProven(me.class) {
+							proven++
+						}
+					}
+					want = proven < limit
+				}
 				if ok != want {
 					t.Fatalf("SetClass(%d) = %v, model %v", id, ok, want)
 				}
