@@ -255,6 +255,15 @@ type connStripe struct {
 // never shrinks: the part in use stays as large as the most entries it
 // held.
 //
+// One writer grows the table at a time; writers that find it behind
+// meanwhile leave a request, which the grower serves before it stops (up
+// to 128 splits a call). An insert that finds both its buckets full while
+// the table is still growing grows it first and looks again. Should the
+// grower be descheduled mid-growth, the others go on inserting into the
+// part in use, which then fills as a full table does (evicting untrusted
+// entries, at worst refusing) until it runs again. Range holds growth off
+// while it walks, so that it reports every entry once.
+//
 // # Eviction
 //
 // An Insert whose two buckets are full takes, in order: an entry idle past
@@ -669,7 +678,19 @@ func (t *ConnTable) Age(now Tick, budget int) (scanned, expired int) {
 	n4 := ctActive(t.v4.geo.Load())
 	total := n4 + ctActive(t.v6.geo.Load())
 	nb := min(uint64((max(budget, 1)+ctSlots-1)/ctSlots), total)
-	i := (t.cursor.Add(nb) - nb) % total
+	// The cursor is a bucket position, kept in [0, total) and advanced by
+	// CAS, so that as the table grows (total with it) a sweep goes on from
+	// where the last one stopped instead of jumping.
+	var i uint64
+	for {
+		c := t.cursor.Load()
+		if i = c; i >= total {
+			i = 0
+		}
+		if t.cursor.CompareAndSwap(c, (i+nb)%total) {
+			break
+		}
+	}
 	for range nb {
 		if i < n4 {
 			expired += t.v4.age(i, now, t)
@@ -727,8 +748,15 @@ func (t *ConnTable) MemoryBytes() int {
 
 // Range calls fn for every stored flow, idle ones included, until fn
 // returns false. Each bucket is read consistently; the table as a whole is
-// not a snapshot. It is for debugging and metrics, not the data path.
+// not a snapshot. It is for debugging and metrics, not the data path: the
+// table does not grow while it runs (a split would move entries from
+// buckets it has not read to buckets past those it reads), so inserts
+// meanwhile fill the part in use further, and it catches up after.
 func (t *ConnTable) Range(fn func(k Key, backend uint32, class StateClass, lastSeen Tick) bool) {
+	t.v4.holdGrowth()
+	defer t.v4.releaseGrowth()
+	t.v6.holdGrowth()
+	defer t.v6.releaseGrowth()
 	var es [ctSlots]ctEntry
 	n4, n6 := ctActive(t.v4.geo.Load()), ctActive(t.v6.geo.Load())
 	for i := range n4 {

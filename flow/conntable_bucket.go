@@ -258,9 +258,12 @@ type ctTable[S ctSlotWords, P ctPad] struct {
 	proven atomic.Int64
 	// promoteRefused counts the promotions refused at maxProven (rare).
 	promoteRefused atomic.Uint64
-	// growing is held by the one writer that splits buckets.
-	growing atomic.Bool
-	_       [ctCacheLine - 20]byte
+	// growing is held by the one writer that splits buckets; ranging
+	// counts the walks (ConnTable.Range) during which no split may run.
+	growing   atomic.Bool
+	growAgain atomic.Bool // a writer found the table behind while another grew it
+	ranging   atomic.Int32
+	_         [ctCacheLine - 28]byte
 }
 
 // ctGrowFrom is the bytes of buckets a growing table starts with in use:
@@ -406,12 +409,14 @@ func (t *ctTable[S, P]) search(k *ctKey, hash, tag uint64) (bi uint64, j int, v 
 			return i2, j, v, ctClass(h, j), true
 		}
 		// A miss: if a split moved k since g was read, look again where
-		// it went (see ConnTable, Growth).
-		if g2 := t.geo.Load(); g2 != g && try < ctMoveRetries {
+		// it went (see ConnTable, Growth); after ctMoveRetries such
+		// looks, a miss is a false one as after a busy bucket.
+		g2 := t.geo.Load()
+		if g2 != g && try < ctMoveRetries {
 			g = g2
 			continue
 		}
-		return 0, -1, 0, 0, ok1 && ok2
+		return 0, -1, 0, 0, ok1 && ok2 && g2 == g
 	}
 }
 
@@ -471,12 +476,13 @@ func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, g, i1, i2 uint64, now Tick, c
 		// A miss: if a split moved k since g was read, look again where
 		// it went. A hit needs no such check: the entry was where it was
 		// read, with the value read, at the moment of the read.
-		if g2 := t.geo.Load(); g2 != g && try < ctMoveRetries {
+		g2 := t.geo.Load()
+		if g2 != g && try < ctMoveRetries {
 			g = g2
 			i1, i2 = t.index(hash, g)
 			continue
 		}
-		if !ok || !ok2 {
+		if !ok || !ok2 || g2 != g {
 			t.stripe(c, i1).contended.Add(1)
 		}
 		return 0, 0, 0, false
@@ -507,6 +513,7 @@ func (t *ctTable[S, P]) insert(k *ctKey, hash uint64, backend uint32, cls StateC
 		g, i1, i2 uint64
 		blo, bhi  *ctBucket[S, P]
 		hlo, hhi  uint64
+		grew      bool
 	)
 	for try := 0; ; try++ {
 		g = t.geo.Load()
@@ -530,7 +537,17 @@ func (t *ctTable[S, P]) insert(k *ctKey, hash uint64, backend uint32, cls StateC
 		// the bucket it splits. If one did since g was read, k's
 		// candidates may have moved: start again.
 		if t.geo.Load() == g {
-			break
+			// Both buckets full while the table is still growing: grow
+			// first (once), and look again, rather than evict or refuse
+			// in a table that has room it does not use yet.
+			if grew || ctOcc(hlo) != ctLanes || ctOcc(hhi) != ctLanes || ctActive(g) >= t.n {
+				break
+			}
+			grew = true
+			blo.unlockUnchanged(hlo)
+			bhi.unlockUnchanged(hhi)
+			t.grow(c)
+			continue
 		}
 		blo.unlockUnchanged(hlo)
 		bhi.unlockUnchanged(hhi)
@@ -590,6 +607,21 @@ func (t *ctTable[S, P]) insert(k *ctKey, hash uint64, backend uint32, cls StateC
 	return res
 }
 
+// holdGrowth keeps splits off until releaseGrowth: it waits for a grow
+// in progress (at most ctGrowSteps splits) to end. Walks may nest, and a
+// walk's callback may insert: its grow just finds growth held off. (The
+// walk counts itself before it looks at growing, and grow takes growing
+// before it looks at the count, so one of them sees the other.)
+func (t *ctTable[S, P]) holdGrowth() {
+	t.ranging.Add(1)
+	for t.growing.Load() {
+		runtime.Gosched()
+	}
+}
+
+// releaseGrowth ends a holdGrowth.
+func (t *ctTable[S, P]) releaseGrowth() { t.ranging.Add(-1) }
+
 // ctGrowEvery is how many inserts of a stripe pass between two looks at
 // whether the table must grow (a power of two).
 const ctGrowEvery = 16
@@ -599,21 +631,44 @@ const ctGrowEvery = 16
 const ctGrowSteps = 32
 
 // grow splits buckets until the part in use has ctGrowSlots2/2 slots per
-// entry, at most ctGrowSteps of them, unless another writer is growing
-// the table or it is fully grown.
+// entry, at most ctGrowSteps of them, unless the table is fully grown or
+// a walk holds growth off. If another writer is growing the table, it
+// leaves a request (growAgain) instead: the grower, when it is done,
+// looks at the count again and goes on, up to ctGrowRounds times
+// ctGrowSteps splits, so that writers that find the table behind while
+// one of them grows it are not ignored (with three writers inserting at
+// once and each such look dropped, the table fell to 2.3 entries per
+// bucket in use instead of 1, and refused flows).
 func (t *ctTable[S, P]) grow(c *ConnTable) {
-	if ctActive(t.geo.Load()) >= t.n || !t.growing.CompareAndSwap(false, true) {
+	if ctActive(t.geo.Load()) >= t.n {
 		return
 	}
-	want := (uint64(t.entries(c))*ctGrowSlots2 + 2*ctSlots - 1) / (2 * ctSlots)
-	for range ctGrowSteps {
-		g := t.geo.Load()
-		if a := ctActive(g); a >= want || a >= t.n || !t.split(g, c) {
+	if !t.growing.CompareAndSwap(false, true) {
+		t.growAgain.Store(true)
+		return
+	}
+	for range ctGrowRounds {
+		t.growAgain.Store(false)
+		if t.ranging.Load() != 0 { // a walk holds growth off (holdGrowth)
+			break
+		}
+		want := (uint64(t.entries(c))*ctGrowSlots2 + 2*ctSlots - 1) / (2 * ctSlots)
+		for range ctGrowSteps {
+			g := t.geo.Load()
+			if a := ctActive(g); a >= want || a >= t.n || !t.split(g, c) {
+				break
+			}
+		}
+		if !t.growAgain.Load() {
 			break
 		}
 	}
 	t.growing.Store(false)
 }
+
+// ctGrowRounds bounds the rounds of ctGrowSteps splits one grow makes
+// when other writers asked for more while it ran (growAgain).
+const ctGrowRounds = 4
 
 // ctGrowSlots2 is twice the slots per entry a growing table keeps in use:
 // 5. Linear hashing loads the buckets not yet split in a round twice as

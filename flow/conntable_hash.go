@@ -59,7 +59,10 @@ func (t *ConnTable) mix6(p *ctKey) uint64 {
 
 // hashPacked returns the hash of a stored key, as pack4 or pack6 hashed
 // it when it was stored: for a split, which finds a stored key's
-// candidates under the next geometry.
+// candidates under the next geometry. (With the fleet's Hasher that holds
+// for keys that keep Key's rule that an IPv4 address's other twelve bytes
+// are zero, as every key the parser builds does: the packed key keeps
+// only its first four.)
 func (t *ConnTable) hashPacked(p *ctKey, v6 bool) uint64 {
 	if t.fleet != nil {
 		k := ctUnpack4(p)
