@@ -219,24 +219,29 @@ func TestAttachLiveTraffic(t *testing.T) {
 			inject := packetSocket(t, a.Attrs().Index)
 			mac := b.Attrs().HardwareAddr
 			steered := withDstMAC(tcp(client4, vipPort4, 40000, 80).frame(t), mac)
-			for _, f := range [][]byte{
-				withDstMAC(tcp(client4, vipPort4, 40000, 81).frame(t), mac),
-				withDstMAC(arpFrame(t, false), mac),
-				steered,
-			} {
-				inject(f)
-			}
-
+			// The three frames are sent again each round until one
+			// arrives: right after an attach in driver mode a veth may
+			// not deliver the first frames yet (a CI run under load saw
+			// none in 5 s), which is not what this test is about.
 			var got [][]byte
 			for tries := 0; tries < 20 && len(got) == 0; tries++ {
+				for _, f := range [][]byte{
+					withDstMAC(tcp(client4, vipPort4, 40000, 81).frame(t), mac),
+					withDstMAC(arpFrame(t, false), mac),
+					steered,
+				} {
+					inject(f)
+				}
 				n, _, err := xsk.Poll(250)
 				require.NoError(t, err)
 				for _, d := range xsk.Receive(n) {
 					got = append(got, append([]byte(nil), xsk.GetFrame(d)...))
 				}
 			}
-			require.Len(t, got, 1)
-			assert.Equal(t, steered, got[0])
+			require.NotEmpty(t, got)
+			for _, f := range got {
+				assert.Equal(t, steered, f, "only the steered flow's frame reaches the socket")
+			}
 
 			s, err := p.Stats()
 			require.NoError(t, err)
