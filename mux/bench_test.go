@@ -564,30 +564,7 @@ func BenchmarkMuxPipeline(b *testing.B) {
 		for _, impl := range impls {
 			var r *muxRig
 			b.Run(fmt.Sprintf("flows=%s/impl=%s", sz.name, impl.name), func(b *testing.B) {
-				if r == nil {
-					frames := muxBenchTraffic(sz.flows)
-					r = newMuxRig(b, false, impl.stages(b, sz.flows)...)
-					r.port.Replay(frames)
-					r.run(2 * sz.flows) // every flow seen twice: established
-				}
-				b.ReportAllocs()
-				var cpu benchutil.CPUTimer
-				b.ResetTimer()
-				cpu.Start()
-				n := r.run(b.N)
-				cpuNs := cpu.Stop()
-				b.StopTimer()
-				if cpuNs > 0 {
-					// The thread's CPU time: on a shared machine, wall
-					// time also counts the waits for a core.
-					b.ReportMetric(float64(cpuNs)/float64(n), "cpu-ns/pkt")
-				}
-				if s := r.stats(); s.Dropped() != 0 {
-					b.Fatalf("drops: %v", s.DropsByName())
-				}
-				ns := float64(b.Elapsed().Nanoseconds()) / float64(n)
-				b.ReportMetric(ns, "ns/pkt")
-				b.ReportMetric(1e3/ns, "Mpps")
+				ns := benchMuxRig(b, &r, sz.flows, impl.stages)
 				switch impl.name {
 				case "xdplb":
 					muxOursNs[sz.name] = ns
@@ -599,6 +576,63 @@ func BenchmarkMuxPipeline(b *testing.B) {
 			})
 			r = nil // free the tables before the next rig
 		}
+	}
+}
+
+// benchMuxRig times the Mux's pipeline over *r, built by stages for
+// flows flows on the first call (every flow then seen twice: the timed
+// part is established flows), and returns its wall ns per packet; it
+// reports cpu-ns/pkt, ns/pkt and Mpps.
+func benchMuxRig(b *testing.B, r **muxRig, flows int, stages func(testing.TB, int) []engine.Stage) float64 {
+	if *r == nil {
+		frames := muxBenchTraffic(flows)
+		*r = newMuxRig(b, false, stages(b, flows)...)
+		(*r).port.Replay(frames)
+		(*r).run(2 * flows) // every flow seen twice: established
+	}
+	b.ReportAllocs()
+	var cpu benchutil.CPUTimer
+	b.ResetTimer()
+	cpu.Start()
+	n := (*r).run(b.N)
+	cpuNs := cpu.Stop()
+	b.StopTimer()
+	if cpuNs > 0 {
+		// The thread's CPU time: on a shared machine, wall time also
+		// counts the waits for a core.
+		b.ReportMetric(float64(cpuNs)/float64(n), "cpu-ns/pkt")
+	}
+	if s := (*r).stats(); s.Dropped() != 0 {
+		b.Fatalf("drops: %v", s.DropsByName())
+	}
+	ns := float64(b.Elapsed().Nanoseconds()) / float64(n)
+	b.ReportMetric(ns, "ns/pkt")
+	b.ReportMetric(1e3/ns, "Mpps")
+	return ns
+}
+
+// BenchmarkMuxPipelineLayout is BenchmarkMuxPipeline's 1M-flow line with
+// the connection table in either layout (flow.ConnTableConfig.Preallocate),
+// in one process: run it with -count to alternate them, to tell the
+// growing table's cost at 1M flows from the machine's spread between runs.
+func BenchmarkMuxPipelineLayout(b *testing.B) {
+	doc := benchDocument(b)
+	const flows = 1000000 // as BenchmarkMuxPipeline's 1M
+	for _, pre := range []bool{false, true} {
+		var r *muxRig
+		name := "grow"
+		if pre {
+			name = "prealloc"
+		}
+		b.Run("flows=1M/table="+name, func(b *testing.B) {
+			benchMuxRig(b, &r, flows, func(tb testing.TB, n int) []engine.Stage {
+				c := n + n/4 // as muxConnTable
+				ct, err := newConnTable(flow.ConnTableConfig{Capacity: c, IPv6Capacity: c / 4, Preallocate: pre}, benchSeed)
+				require.NoError(tb, err)
+				return ourMuxStages(tb, doc, ct)
+			})
+		})
+		r = nil
 	}
 }
 
