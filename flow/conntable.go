@@ -295,12 +295,12 @@ type ConnTable struct {
 	epoch   time.Time
 	stripes []connStripe
 
-	// cursor is Age's next bucket, over v4 then v6. It is written by the
+	// cursor is Age's next bucket in v4 and in v6. It is written by the
 	// ager, so it lives on a cache line of its own, away from the
 	// read-only fields above that every Lookup reads.
 	_      [ctCacheLine]byte
-	cursor atomic.Uint64
-	_      [ctCacheLine - 8]byte
+	cursor [2]atomic.Uint64
+	_      [ctCacheLine - 16]byte
 }
 
 // Check reports whether NewConnTable would accept cfg, without
@@ -667,41 +667,25 @@ func (t *ConnTable) Delete(k *Key) bool {
 }
 
 // Age is the incremental ager: it examines the next budget slots (rounded
-// up to whole buckets, at most the part of the table in use) from a
-// shared cursor and removes entries idle past their timeout at now. Run
-// it from a goroutine
-// with a budget that sweeps the table well within the shortest timeout,
-// e.g. Cap()/10 every second. Several agers may run at once; each takes its
-// own range of buckets. A bucket a writer holds is skipped until the next
-// sweep.
+// up to whole buckets, at most the part of the table in use) and removes
+// entries idle past their timeout at now. The budget is shared between the
+// IPv4 and the IPv6 table in proportion to their parts in use, each share
+// rounded up (so scanned may exceed the budget by a bucket), each swept
+// from a cursor of its own, so that one family's growth never holds the
+// other's sweep back. Run it from a goroutine with a budget that sweeps the table well
+// within the shortest timeout, e.g. Cap()/10 every second. Several agers
+// may run at once; each takes its own range of buckets. A bucket a writer
+// holds is skipped until the next sweep.
 func (t *ConnTable) Age(now Tick, budget int) (scanned, expired int) {
-	n4 := ctActive(t.v4.geo.Load())
-	total := n4 + ctActive(t.v6.geo.Load())
-	nb := min(uint64((max(budget, 1)+ctSlots-1)/ctSlots), total)
-	// The cursor is a bucket position, kept in [0, total) and advanced by
-	// CAS, so that as the table grows (total with it) a sweep goes on from
-	// where the last one stopped instead of jumping.
-	var i uint64
-	for {
-		c := t.cursor.Load()
-		if i = c; i >= total {
-			i = 0
-		}
-		if t.cursor.CompareAndSwap(c, (i+nb)%total) {
-			break
-		}
-	}
-	for range nb {
-		if i < n4 {
-			expired += t.v4.age(i, now, t)
-		} else {
-			expired += t.v6.age(i-n4, now, t)
-		}
-		if i++; i == total {
-			i = 0
-		}
-	}
-	return int(nb) * ctSlots, expired
+	n4, n6 := ctActive(t.v4.geo.Load()), ctActive(t.v6.geo.Load())
+	nb := min(uint64((max(budget, 1)+ctSlots-1)/ctSlots), n4+n6)
+	// Each family's share rounded up (so one bucket more than the budget
+	// at most): after calls whose budgets add up to the part in use, each
+	// family has been swept whole.
+	nb4 := min((nb*n4+n4+n6-1)/(n4+n6), n4)
+	nb6 := min((nb*n6+n4+n6-1)/(n4+n6), n6)
+	expired = t.v4.sweep(&t.cursor[0], n4, nb4, now, t) + t.v6.sweep(&t.cursor[1], n6, nb6, now, t)
+	return int(nb4+nb6) * ctSlots, expired
 }
 
 // Len returns the number of flows stored (including idle ones not yet

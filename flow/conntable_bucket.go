@@ -547,11 +547,17 @@ func (t *ctTable[S, P]) insert(k *ctKey, hash uint64, backend uint32, cls StateC
 			blo.unlockUnchanged(hlo)
 			bhi.unlockUnchanged(hhi)
 			t.grow(c)
+			// Another writer was growing the table: give it a moment
+			// to finish (a few dozen yields at most) rather than
+			// evict or refuse beside a table about to have room.
+			for i := 0; i < ctGrowWaits && t.growing.Load(); i++ {
+				runtime.Gosched()
+			}
 			continue
 		}
 		blo.unlockUnchanged(hlo)
 		bhi.unlockUnchanged(hhi)
-		if try == ctMoveRetries {
+		if try >= ctMoveRetries {
 			t.stripe(c, i1).busy.Add(1)
 			return InsertBusy
 		}
@@ -665,6 +671,10 @@ func (t *ctTable[S, P]) grow(c *ConnTable) {
 	}
 	t.growing.Store(false)
 }
+
+// ctGrowWaits bounds how often an insert that found both its buckets
+// full yields while another writer grows the table (see insert).
+const ctGrowWaits = 64
 
 // ctGrowRounds bounds the rounds of ctGrowSteps splits one grow makes
 // when other writers asked for more while it ran (growAgain).
@@ -909,6 +919,33 @@ func (t *ctTable[S, P]) age(i uint64, now Tick, c *ConnTable) int {
 	b.unlock(hd)
 	t.stripe(c, i).expired.Add(uint64(n))
 	return n
+}
+
+// sweep ages nb of the n buckets in use from the cursor cur and returns
+// how many entries it removed. The cursor is a bucket position, kept in
+// [0, n) and advanced by CAS, so that as the table grows (n with it) a
+// sweep goes on from where the last one stopped instead of jumping.
+func (t *ctTable[S, P]) sweep(cur *atomic.Uint64, n, nb uint64, now Tick, c *ConnTable) (expired int) {
+	if nb == 0 {
+		return 0
+	}
+	var i uint64
+	for {
+		x := cur.Load()
+		if i = x; i >= n {
+			i = 0
+		}
+		if cur.CompareAndSwap(x, (i+nb)%n) {
+			break
+		}
+	}
+	for range nb {
+		expired += t.age(i, now, c)
+		if i++; i == n {
+			i = 0
+		}
+	}
+	return expired
 }
 
 // anyIdle is the ager's optimistic check, without the lock.

@@ -181,7 +181,9 @@ func TestConnTableAge(t *testing.T) {
 	total, expired := 0, 0
 	for total < ct.InUse() {
 		s, e := ct.Age(now, 97)
-		require.Equal(t, 100, s, "budget rounded up to whole buckets")
+		// The budget rounded up to whole buckets, 20, each family's
+		// share of them rounded up too.
+		require.Contains(t, []int{100, 105}, s)
 		total += s
 		expired += e
 	}

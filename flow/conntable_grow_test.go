@@ -321,3 +321,56 @@ func TestConnTableGrowAge(t *testing.T) {
 	t.Logf("old flows gone after %d calls; in use at the end %d buckets (bound %d calls)", calls, ctActive(ct.v4.geo.Load()), bound)
 	require.LessOrEqual(t, uint64(calls), bound)
 }
+
+// TestConnTableGrowAgeFamilies: while the IPv4 table grows by more
+// buckets per call than the ager's budget, the IPv6 table's idle flows
+// are still swept out, within a sweep of it at its share of a bucket per
+// call at least (one cursor over both families put the IPv6 buckets ever
+// further ahead: 1,312 calls in a review's run).
+func TestConnTableGrowAgeFamilies(t *testing.T) {
+	to := Timeouts{Untrusted: time.Second}
+	ct := newCT(t, ConnTableConfig{Capacity: 1 << 18, IPv6Capacity: 1 << 12, Timeouts: to})
+	const old = 300
+	for i := range uint32(old) {
+		k := ctKey6(i)
+		require.Equal(t, InsertNew, ct.Insert(&k, i, ClassUntrusted, 0))
+	}
+	n6 := ctActive(ct.v6.geo.Load())
+	now := Ticks(2 * time.Second)
+	next := uint32(0)
+	calls := 0
+	for ct.Len() > int(next) {
+		ct.Age(now, 100*ctSlots)
+		calls++
+		for range 750 { // +750 IPv4 buckets a call, at 5 slots per flow
+			k := ctKey4(next)
+			require.True(t, ct.Insert(&k, next, ClassUntrusted, now).Stored())
+			next++
+		}
+		require.Less(t, calls, 5000)
+	}
+	t.Logf("idle IPv6 flows gone after %d calls (IPv6 buckets in use %d; IPv4 grew to %d)", calls, n6, ctActive(ct.v4.geo.Load()))
+	require.LessOrEqual(t, uint64(calls), n6+2)
+}
+
+// TestConnTableGrowBeforeRefusing: an insert that finds both its buckets
+// full while the table is still growing grows it and looks again instead
+// of refusing (here the growth was held off, as by a walk, while the
+// buckets filled).
+func TestConnTableGrowBeforeRefusing(t *testing.T) {
+	ct := newCT(t, ConnTableConfig{Capacity: 1 << 12, start: 2})
+	ct.v4.holdGrowth()
+	var refused Key
+	for id := uint32(0); ; id++ {
+		k := ctKey4(id)
+		if r := ct.Insert(&k, id, ClassEstablished, 0); r == InsertRefused {
+			refused = k
+			break
+		}
+		require.Less(t, id, uint32(100))
+	}
+	before := ctActive(ct.v4.geo.Load())
+	ct.v4.releaseGrowth()
+	require.Equal(t, InsertNew, ct.Insert(&refused, 7, ClassEstablished, 0))
+	require.Greater(t, ctActive(ct.v4.geo.Load()), before)
+}
