@@ -240,10 +240,11 @@ type connStripe struct {
 // not split yet twice as much as those it has, and because a growing
 // table puts a new key in its second bucket only when that holds two
 // entries fewer than the first (so that lookups read one bucket more
-// often): at 5 slots per entry the fullest buckets have room for both. So a table sized for a
-// million flows that holds a thousand keeps them in a few dozen pages: on
-// a machine whose memory is mapped in small pages its lookups do not pay
-// a page walk each, which a thousand flows spread over 45 MiB did.
+// often): at 5 slots per entry the fullest buckets have room for both.
+// So a table sized for a million flows that holds a thousand keeps them
+// in a few dozen pages: on a machine whose memory is mapped in small
+// pages its lookups do not pay a page walk each, which a thousand flows
+// spread over 45 MiB did.
 //
 // A split holds both buckets, and publishes the new geometry (one atomic
 // word) before it lets them go. A lookup that misses loads the geometry
@@ -258,7 +259,8 @@ type connStripe struct {
 // One writer grows the table at a time; writers that find it behind
 // meanwhile leave a request, which the grower serves before it stops (up
 // to 128 splits a call). An insert that finds both its buckets full while
-// the table is still growing grows it first and looks again. Should the
+// the table is still growing grows it first (or waits, up to 64 yields,
+// for the grower in progress) and looks again. Should the
 // grower be descheduled mid-growth, the others go on inserting into the
 // part in use, which then fills as a full table does (evicting untrusted
 // entries, at worst refusing) until it runs again. Range holds growth off
