@@ -266,10 +266,6 @@ type ctTable[S ctSlotWords, P ctPad] struct {
 	_         [ctCacheLine - 28]byte
 }
 
-// ctGrowFrom is the bytes of buckets a growing table starts with in use:
-// 32 KiB, 256 IPv4 buckets (a thousand flows at the table's load).
-const ctGrowFrom = 32 << 10
-
 // init makes t a table of nbuckets buckets (at least two) whose part in
 // use starts at start buckets (0: ctGrowFrom bytes' worth) and grows with
 // its entries (nbuckets a power of two), or, if fixed, is all of them
@@ -291,49 +287,9 @@ func (t *ctTable[S, P]) init(nbuckets int, fixed bool, start int, maxProven int6
 	t.geo.Store(ctGeo(uint64(bits.TrailingZeros(uint(start))), 0))
 }
 
-// The geometry of the part in use, one word: bits 0..7 hold lg, bits 8..
-// the split pointer s, with m = 1<<lg and s < m. Buckets [0, m+s) are in
-// use; bucket a < s has been split into a and a+m. A key word x maps to
-// x mod m, or to x mod 2m if x mod m < s (ctAddr): splitting bucket s
-// moves just the keys of s whose bit lg is set, to s+m.
-func ctGeo(lg, s uint64) uint64 { return s<<8 | lg }
-
-// ctActive returns the buckets in use under geometry g.
-func ctActive(g uint64) uint64 { return 1<<(g&0xff) + g>>8 }
-
-// ctAddr returns the bucket of key word x under geometry g.
-func ctAddr(x, g uint64) uint64 {
-	m := uint64(1) << (g & 0xff)
-	a := x & (m - 1)
-	if a < g>>8 {
-		a = x & (2*m - 1)
-	}
-	return a
-}
-
-// ctSplitGeo returns the geometry after bucket g's split pointer splits.
-func ctSplitGeo(g uint64) uint64 {
-	lg, s := g&0xff, g>>8
-	if s+1 == 1<<lg {
-		return ctGeo(lg+1, 0)
-	}
-	return ctGeo(lg, s+1)
-}
-
 // stripe returns the counter stripe of bucket i.
 func (t *ctTable[S, P]) stripe(c *ConnTable, i uint64) *connStripe {
 	return &c.stripes[t.stripe0|i&(ctStripes/2-1)]
-}
-
-// entries returns the entries the table holds, idle ones included, from
-// its stripes: a close estimate under concurrent writes.
-func (t *ctTable[S, P]) entries(c *ConnTable) int64 {
-	var n uint64
-	for i := range uint64(ctStripes / 2) {
-		s := &c.stripes[t.stripe0|i]
-		n += s.inserts.Load() - s.deletes.Load() - s.expired.Load() - s.evictions.Load()
-	}
-	return max(int64(n), 0)
 }
 
 // ctProven reports whether class c is a proven one: every class but
@@ -613,141 +569,6 @@ func (t *ctTable[S, P]) insert(k *ctKey, hash uint64, backend uint32, cls StateC
 	return res
 }
 
-// holdGrowth keeps splits off until releaseGrowth: it waits for a grow
-// in progress (at most ctGrowSteps splits) to end. Walks may nest, and a
-// walk's callback may insert: its grow just finds growth held off. (The
-// walk counts itself before it looks at growing, and grow takes growing
-// before it looks at the count, so one of them sees the other.)
-func (t *ctTable[S, P]) holdGrowth() {
-	t.ranging.Add(1)
-	for t.growing.Load() {
-		runtime.Gosched()
-	}
-}
-
-// releaseGrowth ends a holdGrowth.
-func (t *ctTable[S, P]) releaseGrowth() { t.ranging.Add(-1) }
-
-// ctGrowEvery is how many inserts of a stripe pass between two looks at
-// whether the table must grow (a power of two).
-const ctGrowEvery = 16
-
-// ctGrowSteps bounds the buckets one grow splits: it runs on the data
-// path, in the insert that found the table behind its entries.
-const ctGrowSteps = 32
-
-// grow splits buckets until the part in use has ctGrowSlots2/2 slots per
-// entry, at most ctGrowSteps of them, unless the table is fully grown or
-// a walk holds growth off. If another writer is growing the table, it
-// leaves a request (growAgain) instead: the grower, when it is done,
-// looks at the count again and goes on, up to ctGrowRounds times
-// ctGrowSteps splits, so that writers that find the table behind while
-// one of them grows it are not ignored (with three writers inserting at
-// once and each such look dropped, the table fell to 2.3 entries per
-// bucket in use instead of 1, and refused flows).
-func (t *ctTable[S, P]) grow(c *ConnTable) {
-	if ctActive(t.geo.Load()) >= t.n {
-		return
-	}
-	if !t.growing.CompareAndSwap(false, true) {
-		t.growAgain.Store(true)
-		return
-	}
-	for range ctGrowRounds {
-		t.growAgain.Store(false)
-		if t.ranging.Load() != 0 { // a walk holds growth off (holdGrowth)
-			break
-		}
-		want := (uint64(t.entries(c))*ctGrowSlots2 + 2*ctSlots - 1) / (2 * ctSlots)
-		for range ctGrowSteps {
-			g := t.geo.Load()
-			if a := ctActive(g); a >= want || a >= t.n || !t.split(g, c) {
-				break
-			}
-		}
-		if !t.growAgain.Load() {
-			break
-		}
-	}
-	t.growing.Store(false)
-}
-
-// ctGrowWaits bounds how often an insert that found both its buckets
-// full yields while another writer grows the table (see insert).
-const ctGrowWaits = 64
-
-// ctGrowRounds bounds the rounds of ctGrowSteps splits one grow makes
-// when other writers asked for more while it ran (growAgain).
-const ctGrowRounds = 4
-
-// ctGrowSlots2 is twice the slots per entry a growing table keeps in use:
-// 5. Linear hashing loads the buckets not yet split in a round twice as
-// much as the split ones, so the buckets a round splits last hold up to
-// twice the mean: 2 entries of 5 slots at 5 slots per entry, less than a
-// full table's 2.86 at Capacity. At 3.5 slots per entry (as full as a
-// full table at Capacity) the fullest buckets left room for the slack
-// of ctSlack only at the price of refusals: filling 1M flows, 3 refused
-// by 80% of Capacity and 10 by 100%, against 0 and 3 at 5 slots.
-const ctGrowSlots2 = 10
-
-// ctSlack is added to the count of a growing table's second bucket when
-// an insert compares its two buckets: with 1, the second takes a new key
-// only when it holds two entries fewer than the first. A lookup reads the first bucket first, with two of its
-// lines prefetched, so every key in its second bucket costs a miss more.
-// Filling a table to 1M flows, 87% of the keys end in their first bucket,
-// against 65% when it takes any bucket with fewer (growth keeps the table
-// at a load where the two differ often) and 72% in a preallocated table,
-// with as few refused at Capacity as the latter (3 of 1M).
-const ctSlack = 1
-
-// split splits bucket s of geometry g (the table's current one; the
-// caller holds growing) into s and s+m, moving the entries whose
-// candidate was s and is s+m under the next geometry, and publishes the
-// next geometry. It holds both buckets throughout and publishes before it
-// lets them go, so that a reader that finds a key gone from s sees the new
-// geometry when it looks again (ctTable.search), and a writer holding a
-// bucket knows the geometry cannot move its keys (ctTable.insert). It
-// reports false, changing nothing, if a writer held s.
-func (t *ctTable[S, P]) split(g uint64, c *ConnTable) bool {
-	m, s := uint64(1)<<(g&0xff), g>>8
-	next := ctSplitGeo(g)
-	src, dst := &t.b[s], &t.b[s+m]
-	hs, ok := src.tryLock()
-	if !ok {
-		return false
-	}
-	// dst has never been in use: no reader or writer can reach it before
-	// next is published, so it is free and its lock uncontended.
-	hd, ok := dst.tryLock()
-	if !ok {
-		src.unlockUnchanged(hs)
-		return false
-	}
-	moved := false
-	var k ctKey
-	for occ := ctOcc(hs); occ != 0; occ &= occ - 1 {
-		j := ctSlot(occ)
-		src.load(j, &k)
-		i1, i2 := t.index(c.hashPacked(&k, ctKeyWords[S]() == 5), next)
-		if i1 == s || i2 == s || i1 != s+m && i2 != s+m {
-			continue // stays; (neither: placed by a hash this table does not compute)
-		}
-		f := ctSlot(^ctOcc(hd) & ctLanes) // at most five entries move into a free bucket
-		dst.store(f, &k, src.val(j).Load())
-		hd = ctSet(hd, f, hs>>(ctTagShift+4*j)&0xf, ctClass(hs, j))
-		hs = ctClear(hs, j)
-		moved = true
-	}
-	t.geo.Store(next)
-	dst.unlock(hd)
-	if moved {
-		src.unlock(hs)
-	} else {
-		src.unlockUnchanged(hs)
-	}
-	return true
-}
-
 // place chooses where k goes, with both buckets held: its own slot if
 // present, else a free slot in the first bucket unless the second holds
 // fewer entries (a growing table: at least two fewer, see ctSlack), else
@@ -884,79 +705,6 @@ func (t *ctTable[S, P]) remove(k *ctKey, hash uint64, c *ConnTable) bool {
 		// Deleted, replaced or moved since the search; look again.
 		b.unlockUnchanged(hd)
 	}
-}
-
-// age removes idle entries from bucket i and returns how many it removed.
-// A bucket some writer holds is skipped; the next sweep gets it.
-func (t *ctTable[S, P]) age(i uint64, now Tick, c *ConnTable) int {
-	b := &t.b[i]
-	h := b.hdr.Load()
-	if h&1 != 0 || !t.anyIdle(b, h, now, c) {
-		return 0
-	}
-	hd, ok := b.tryLock()
-	if !ok {
-		return 0
-	}
-	n, proven := 0, int64(0)
-	for occ := ctOcc(hd); occ != 0; occ &= occ - 1 {
-		j := ctSlot(occ)
-		if cls := ctClass(hd, j); ctIdle(now, ctSeen(b.val(j).Load()), c.timeout[cls]) {
-			if ctProven(cls) {
-				proven++
-			}
-			hd = ctClear(hd, j)
-			n++
-		}
-	}
-	if n == 0 {
-		b.unlockUnchanged(hd)
-		return 0
-	}
-	if proven != 0 {
-		t.proven.Add(-proven)
-	}
-	b.unlock(hd)
-	t.stripe(c, i).expired.Add(uint64(n))
-	return n
-}
-
-// sweep ages nb of the n buckets in use from the cursor cur and returns
-// how many entries it removed. The cursor is a bucket position, kept in
-// [0, n) and advanced by CAS, so that as the table grows (n with it) a
-// sweep goes on from where the last one stopped instead of jumping.
-func (t *ctTable[S, P]) sweep(cur *atomic.Uint64, n, nb uint64, now Tick, c *ConnTable) (expired int) {
-	if nb == 0 {
-		return 0
-	}
-	var i uint64
-	for {
-		x := cur.Load()
-		if i = x; i >= n {
-			i = 0
-		}
-		if cur.CompareAndSwap(x, (i+nb)%n) {
-			break
-		}
-	}
-	for range nb {
-		expired += t.age(i, now, c)
-		if i++; i == n {
-			i = 0
-		}
-	}
-	return expired
-}
-
-// anyIdle is the ager's optimistic check, without the lock.
-func (t *ctTable[S, P]) anyIdle(b *ctBucket[S, P], h uint64, now Tick, c *ConnTable) bool {
-	for occ := ctOcc(h); occ != 0; occ &= occ - 1 {
-		j := ctSlot(occ)
-		if ctIdle(now, ctSeen(b.val(j).Load()), c.timeout[ctClass(h, j)]) {
-			return true
-		}
-	}
-	return false
 }
 
 // ctEntry is one slot copied out by snapshot.
