@@ -156,8 +156,14 @@ func muxBenchTraffic(n int) [][]byte {
 // flow hash, so that the balance stage hashes each packet once
 // (TestConnTableFleetHash).
 func muxConnTable(tb testing.TB, flows int) *flow.ConnTable {
+	return muxConnTableLayout(tb, flows, false)
+}
+
+// muxConnTableLayout is muxConnTable, preallocated if pre
+// (flow.ConnTableConfig.Preallocate).
+func muxConnTableLayout(tb testing.TB, flows int, pre bool) *flow.ConnTable {
 	c := flows + flows/4
-	ct, err := newConnTable(flow.ConnTableConfig{Capacity: c, IPv6Capacity: c / 4}, benchSeed) // as the Mux builds it
+	ct, err := newConnTable(flow.ConnTableConfig{Capacity: c, IPv6Capacity: c / 4, Preallocate: pre}, benchSeed) // as the Mux builds it
 	require.NoError(tb, err)
 	return ct
 }
@@ -626,10 +632,7 @@ func BenchmarkMuxPipelineLayout(b *testing.B) {
 		}
 		b.Run("flows=1M/table="+name, func(b *testing.B) {
 			benchMuxRig(b, &r, flows, func(tb testing.TB, n int) []engine.Stage {
-				c := n + n/4 // as muxConnTable
-				ct, err := newConnTable(flow.ConnTableConfig{Capacity: c, IPv6Capacity: c / 4, Preallocate: pre}, benchSeed)
-				require.NoError(tb, err)
-				return ourMuxStages(tb, doc, ct)
+				return ourMuxStages(tb, doc, muxConnTableLayout(tb, n, pre))
 			})
 		})
 		r = nil
