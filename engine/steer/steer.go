@@ -5,6 +5,7 @@ package steer
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"sync"
 
@@ -331,8 +332,11 @@ func (p *Program) Config() Config {
 // packet skips a lookup for an entry that exists.
 //
 // desired is validated whole before anything changes. An error from the
-// kernel midway leaves the maps between the two sets; Config reports
-// exactly what is in them, and a later Sync converges.
+// kernel midway is undone: Sync deletes what it added and puts back what
+// it deleted, so a refused set leaves the maps holding the running one (a
+// node refusing a version keeps forwarding it). Only if that also fails —
+// the error then says so — are the maps left between the two sets;
+// Config reports exactly what is in them, and a later Sync converges.
 func (p *Program) Sync(desired Config) (err error) {
 	want, wantInfra, err := desired.compile()
 	if err != nil {
@@ -354,8 +358,16 @@ func (p *Program) Sync(desired Config) (err error) {
 	if err := p.writeClasses(p.counts.mask() | wantCounts.mask()); err != nil {
 		return err
 	}
-	// Whatever happens below, leave the classes matching the maps.
+	oldRules, oldInfra := maps.Clone(p.rules), maps.Clone(p.infra)
+	// Whatever happens below, leave the classes matching the maps: the
+	// ones widened above cover the running set's classes too, so the
+	// entries restore puts back are looked up meanwhile.
 	defer func() {
+		if err != nil {
+			if rerr := p.restore(oldRules, oldInfra); rerr != nil {
+				err = fmt.Errorf("%w; and putting the running rules back: %w", err, rerr)
+			}
+		}
 		if werr := p.writeClasses(p.counts.mask()); err == nil {
 			err = werr
 		}
@@ -385,6 +397,31 @@ func (p *Program) Sync(desired Config) (err error) {
 		}
 	}
 	return nil
+}
+
+// restore makes the maps hold rules and infra again after a Sync failed
+// midway: it deletes what the Sync added (freeing room first), then puts
+// back what it deleted. It tries every entry and returns the errors
+// joined. Called with p.mu held.
+func (p *Program) restore(rules map[ruleKey]struct{}, infra map[lpmKey]struct{}) error {
+	var errs []error
+	for k := range p.rules {
+		if _, ok := rules[k]; !ok {
+			errs = append(errs, p.deleteRule(k))
+		}
+	}
+	for k := range p.infra {
+		if _, ok := infra[k]; !ok {
+			errs = append(errs, p.deleteInfra(k))
+		}
+	}
+	for k := range rules {
+		errs = append(errs, p.putRule(k))
+	}
+	for k := range infra {
+		errs = append(errs, p.putInfra(k))
+	}
+	return errors.Join(errs...)
 }
 
 func (p *Program) addRule(k ruleKey, err error) error {

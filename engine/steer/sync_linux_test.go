@@ -114,6 +114,44 @@ func TestSyncTurnsOverFullMap(t *testing.T) {
 	assert.Equal(t, b.Normalize(), mapConfig(t, p))
 }
 
+// TestSyncUndoesAFailure: a Sync the kernel refuses midway puts the
+// running set back, in the maps themselves and in the lookup classes, so a
+// node refusing a version keeps steering the one it runs. The fault is
+// the kernel's own: a key written behind the Program's back makes its
+// create-only update fail with EEXIST. Each step of the failed Sync
+// (deleting the running set's stale rules, adding new ones, in map order)
+// may or may not have run before the failing one: several rounds.
+func TestSyncUndoesAFailure(t *testing.T) {
+	p := loadOrSkip(t, Options{})
+	running := Config{
+		Dst:   []DstRule{{Addr: vipPort4, Proto: ProtoTCP, Port: 80}, {Addr: vipAny4}},
+		Infra: []netip.Prefix{netip.MustParsePrefix("198.18.3.0/24")},
+	}
+	blocked := DstRule{Addr: vipUDP4, Proto: ProtoUDP}
+	next := Config{
+		Dst:   []DstRule{{Addr: vipAny4}, blocked, {Addr: vipAny6}, {Addr: vipPort6, Proto: ProtoTCP, Port: 443}},
+		Src:   []SrcRule{{Addr: dipAny4}},
+		VXLAN: []VXLANRule{{Local: hostVX4}},
+		Infra: []netip.Prefix{netip.MustParsePrefix("2001:db8:3::/48")},
+	}
+	bk, err := blocked.key()
+	require.NoError(t, err)
+	require.NoError(t, p.Sync(running))
+	r, inf, err := running.compile()
+	require.NoError(t, err)
+	classes := countsOf(r, inf)
+	for round := range 8 {
+		require.NoError(t, p.objs.SteerRules.Update(&bk, uint8(1), ebpf.UpdateNoExist), "round %d", round)
+		require.Error(t, p.Sync(next), "round %d: the kernel refuses the blocked key", round)
+		require.NoError(t, p.objs.SteerRules.Delete(&bk), "round %d", round)
+		assert.Equal(t, running.Normalize(), p.Config(), "round %d: mirror", round)
+		assert.Equal(t, running.Normalize(), mapConfig(t, p), "round %d: maps", round)
+		assert.Equal(t, classes.mask(), mapClasses(t, p), "round %d: classes", round)
+	}
+	require.NoError(t, p.Sync(next), "the same set, once the kernel takes it")
+	assert.Equal(t, next.Normalize(), mapConfig(t, p))
+}
+
 func TestIncremental(t *testing.T) {
 	p := loadOrSkip(t, Options{})
 	web := tcp(client4, vipPort4, 40000, 80).frame(t)
