@@ -27,7 +27,10 @@ type Announcer interface {
 }
 
 // Steering is what the controller needs of the XDP steering program:
-// replace the rule set. *steer.Program implements it.
+// replace the rule set, whole or not at all — a Sync that fails leaves the
+// running set in place, as steer.Program.Sync does (it undoes a kernel
+// error midway), so Apply's refusal of a version keeps it steered.
+// *steer.Program implements it.
 type Steering interface {
 	Sync(desired steer.Config) error
 }

@@ -261,20 +261,32 @@ func (dp *DataPath) Links() []Link {
 
 // Steer replaces the steering rules of every interface, live, with
 // rules[i] for interface i (a document that keeps the data path's
-// structure). It tries every interface and returns the errors joined; an
-// interface whose Sync failed holds rules between the two sets, and a
-// later Steer converges.
+// structure), whole or not at all: when an interface refuses its rules
+// (steer.Program.Sync, which undoes its own part), the interfaces before
+// it get their running rules back, so a node refusing the version keeps
+// steering the one it runs. Only if putting them back fails too — the
+// error then says so — are rules left between the two sets; a later
+// Steer converges.
 func (dp *DataPath) Steer(rules ...steer.Config) error {
 	if len(rules) != len(dp.links) {
 		return fmt.Errorf("datapath: %d steering configs for %d interfaces", len(rules), len(dp.links))
 	}
-	var errs []error
+	running := make([]steer.Config, len(dp.links))
+	for i, l := range dp.links {
+		running[i] = l.prog.Config()
+	}
 	for i, l := range dp.links {
 		if err := l.prog.Sync(rules[i]); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", l.name, err))
+			errs := []error{fmt.Errorf("%s: %w", l.name, err)}
+			for j, done := range dp.links[:i] {
+				if rerr := done.prog.Sync(running[j]); rerr != nil {
+					errs = append(errs, fmt.Errorf("%s: putting the running rules back: %w", done.name, rerr))
+				}
+			}
+			return errors.Join(errs...)
 		}
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // TakeOver makes dp, built beside a data path whose workers have now

@@ -163,6 +163,12 @@ func TestOpenClose(t *testing.T) {
 	require.Error(t, dp.Steer(rulesB), "one config per interface")
 	require.NoError(t, dp.Steer(rulesB, steer.Config{}))
 	require.Equal(t, rulesB.Normalize(), links[0].Program.Config())
+	// Whole or not at all: the second interface refuses its rules (a port
+	// without a protocol), and the first gets its running ones back.
+	bad := steer.Config{Dst: []steer.DstRule{{Addr: netip.MustParseAddr("198.18.100.3"), Port: 80}}}
+	require.ErrorIs(t, dp.Steer(rulesA, bad), steer.ErrInvalidRule)
+	require.Equal(t, rulesB.Normalize(), links[0].Program.Config(), "the first interface's running rules")
+	require.Equal(t, steer.Config{}.Normalize(), links[1].Program.Config(), "the second's")
 
 	require.NoError(t, dp.Close())
 	require.Zero(t, xdpProgID(t, "dpup"))
