@@ -639,6 +639,34 @@ func BenchmarkMuxPipelineLayout(b *testing.B) {
 	}
 }
 
+// BenchmarkMuxPipelineStateless is BenchmarkMuxPipeline's 1k-flow line
+// with and without the connection table (balance.Config.Conns nil: every
+// packet placed by its hash alone, as the balance stage does for a table
+// it is not given), in one process: run it with -count to alternate them.
+// Their difference is what the table's path (lookup, trust class, the
+// entry's backend) costs an established flow.
+func BenchmarkMuxPipelineStateless(b *testing.B) {
+	doc := benchDocument(b)
+	const flows = 1000 // as BenchmarkMuxPipeline's 1k
+	for _, table := range []bool{true, false} {
+		var r *muxRig
+		name := "table=conns"
+		if !table {
+			name = "table=none"
+		}
+		b.Run("flows=1k/"+name, func(b *testing.B) {
+			benchMuxRig(b, &r, flows, func(tb testing.TB, n int) []engine.Stage {
+				var ct *flow.ConnTable
+				if table {
+					ct = muxConnTable(tb, n)
+				}
+				return ourMuxStages(tb, doc, ct)
+			})
+		})
+		r = nil
+	}
+}
+
 // TestMuxPipelineAgrees runs the same frames through our pipeline and
 // through muxPeer and requires byte-identical output frames, in order, with
 // no drops: the outer Ethernet (next-hop MACs), the outer IPv4 header
