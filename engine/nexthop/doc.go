@@ -120,7 +120,9 @@
 // reloaded (the rules always, the routes when there are at most 65536 of
 // them), as a safety net; if the kernel overruns a subscription socket
 // Run resubscribes, dumps again and resolves everything again. Entries of
-// both kinds not looked up for IdleTimeout are forgotten.
+// both kinds not looked up for IdleTimeout are forgotten; every idle sweep
+// publishes a new version, so that data-path caches (Stage's) look up
+// again, and mark as used, the destinations they keep sending to.
 //
 // # Making the kernel resolve a neighbour
 //

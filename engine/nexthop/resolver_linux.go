@@ -359,6 +359,14 @@ func (st *runState) onTick(now time.Time) {
 				st.evict(p, e)
 			}
 		}
+		// Data-path caches (Stage's, per worker) answer from their own
+		// copies without calling Lookup, so used stays clear for a
+		// destination they keep sending to. A new version empties them:
+		// the next packet to each destination in use looks it up again
+		// and marks it before the next sweep.
+		if len(st.cur) > 0 {
+			st.changed = true
+		}
 	}
 	st.flush()
 }
