@@ -155,9 +155,17 @@ func (st *runState) ask(nk neighKey) {
 			st.ours[nk] = struct{}{}
 			return
 		}
+		// A request can fail for reasons of its own (the link is gone,
+		// the table is full). Managed entries are given up only when the
+		// kernel refuses them but takes the same request without the flag.
+		n.FlagsExt, n.Flags = 0, netlink.NTF_USE
+		if uerr := st.h.NeighSet(n); uerr != nil {
+			st.r.cfg.Logger.Debug("nexthop: neighbour trigger", "neighbour", n.IP, "err", err, "ntf_use_err", uerr)
+			return
+		}
 		st.r.cfg.Logger.Info("nexthop: managed neighbour refused; using NTF_USE", "err", err)
 		st.managed = false
-		n.FlagsExt = 0
+		return
 	}
 	n.Flags = netlink.NTF_USE
 	if err := st.h.NeighSet(n); err != nil {
