@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -15,17 +16,26 @@ import (
 // sysState is the Linux part of a Resolver: a netlink handle and the
 // namespace it acts in. The zero value holds nothing.
 type sysState struct {
-	ns    netns.NsHandle // valid only when ownNS; else netns.None() is used
+	ns    netns.NsHandle // the namespace resolved in; valid only when ownNS
 	ownNS bool
 	h     *netlink.Handle
 }
 
-// nsHandle returns the namespace to subscribe in (None: the caller's).
-func (s *sysState) nsHandle() netns.NsHandle {
-	if s.ownNS {
-		return s.ns
+// subscribeNS returns the namespace for the calling thread, which must be
+// locked, to subscribe in: None when the thread is in it already (no
+// setns, which needs CAP_SYS_ADMIN), else the resolver's. Run's thread
+// need not be in the namespace of the thread that called NewResolver.
+func (s *sysState) subscribeNS() netns.NsHandle {
+	if !s.ownNS {
+		return netns.None()
 	}
-	return netns.None()
+	if cur, err := netns.Get(); err == nil {
+		defer cur.Close()
+		if cur.Equal(s.ns) {
+			return netns.None()
+		}
+	}
+	return s.ns
 }
 
 func (s *sysState) close() error {
@@ -55,7 +65,14 @@ func NewResolver(cfg Config) (*Resolver, error) {
 		r.sys.ns, r.sys.ownNS = ns, true
 		r.sys.h, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	} else {
-		r.sys.h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+		// The calling thread's namespace, held for Run's subscriptions.
+		runtime.LockOSThread()
+		r.sys.ns, err = netns.Get()
+		if err == nil {
+			r.sys.ownNS = true
+			r.sys.h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+		}
+		runtime.UnlockOSThread()
 	}
 	if err != nil {
 		r.sys.close()
@@ -204,7 +221,8 @@ type runState struct {
 // subscription ends. resync marks every cached destination for resolution.
 func (st *runState) session(ctx context.Context, resync bool) error {
 	r := st.r
-	ns := r.sys.nsHandle()
+	runtime.LockOSThread() // for subscribeNS
+	ns := r.sys.subscribeNS()
 	done := make(chan struct{})
 	neighCh := make(chan netlink.NeighUpdate, 1024)
 	routeCh := make(chan netlink.RouteUpdate, 1024)
@@ -230,6 +248,7 @@ func (st *runState) session(ctx context.Context, resync bool) error {
 		subErr = err
 		close(linkCh)
 	}
+	runtime.UnlockOSThread()
 	defer func() {
 		// Stop the subscriptions and drain them: their goroutines may be
 		// blocked sending to us.
