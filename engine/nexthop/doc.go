@@ -116,6 +116,10 @@
 // holds a destination the kernel now answers for alone, is resolved again
 // at once. So no answer a route change made wrong outlives the settle
 // delay. A link update re-resolves the entries leaving through that link.
+// A change of nexthop objects (routes added with `nhid N`: with
+// net.ipv4.nexthop_compat_mode=0 the kernel sends no route notification
+// for the routes using a changed object) re-resolves every entry after
+// the settle delay.
 // Every RefreshInterval every entry is resolved again and the mirror is
 // reloaded (the rules always, the routes when there are at most 65536 of
 // them), as a safety net; if the kernel overruns a subscription socket

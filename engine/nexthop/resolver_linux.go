@@ -227,6 +227,7 @@ func (st *runState) session(ctx context.Context, resync bool) error {
 	neighCh := make(chan netlink.NeighUpdate, 1024)
 	routeCh := make(chan netlink.RouteUpdate, 1024)
 	linkCh := make(chan netlink.LinkUpdate, 64)
+	nhCh := make(chan struct{}, 1)
 	onErr := func(err error) { r.cfg.Logger.Debug("nexthop: subscription error", "err", err) }
 	const rcvbuf = 4 << 20 // capped by net.core.rmem_max
 	var subErr error
@@ -248,6 +249,10 @@ func (st *runState) session(ctx context.Context, resync bool) error {
 		subErr = err
 		close(linkCh)
 	}
+	if err := subscribeNexthops(ns, nhCh, done, rcvbuf, onErr); err != nil {
+		subErr = err
+		close(nhCh)
+	}
 	runtime.UnlockOSThread()
 	defer func() {
 		// Stop the subscriptions and drain them: their goroutines may be
@@ -258,6 +263,8 @@ func (st *runState) session(ctx context.Context, resync bool) error {
 		for range routeCh {
 		}
 		for range linkCh {
+		}
+		for range nhCh {
 		}
 	}()
 	if subErr != nil {
@@ -313,6 +320,15 @@ func (st *runState) session(ctx context.Context, resync bool) error {
 				return errLost
 			}
 			st.onLink(u)
+		case _, ok := <-nhCh:
+			if !ok {
+				return errLost
+			}
+			st.onNexthop()
+			if !settling {
+				settle.Reset(r.cfg.RouteSettle)
+				settling = true
+			}
 		case k := <-r.req:
 			st.onRequest(k)
 		case <-settle.C:
@@ -322,7 +338,7 @@ func (st *runState) session(ctx context.Context, resync bool) error {
 			st.onTick(now)
 		}
 		// Take whatever else is already queued before publishing once.
-		if batch < 256 && len(neighCh)+len(routeCh)+len(linkCh)+len(r.req) > 0 {
+		if batch < 256 && len(neighCh)+len(routeCh)+len(linkCh)+len(nhCh)+len(r.req) > 0 {
 			continue
 		}
 		batch = -1
