@@ -65,13 +65,13 @@ func NewResolver(cfg Config) (*Resolver, error) {
 		r.sys.ns, r.sys.ownNS = ns, true
 		r.sys.h, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	} else {
-		// The calling thread's namespace, held for Run's subscriptions.
+		// The calling thread's namespace, held for Run's subscriptions
+		// (without /proc, Run's thread's namespace, normally the same).
 		runtime.LockOSThread()
-		r.sys.ns, err = netns.Get()
-		if err == nil {
-			r.sys.ownNS = true
-			r.sys.h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+		if ns, err := netns.Get(); err == nil {
+			r.sys.ns, r.sys.ownNS = ns, true
 		}
+		r.sys.h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 		runtime.UnlockOSThread()
 	}
 	if err != nil {
