@@ -149,6 +149,7 @@ func (a *asavieSock) transmit(p *Port, pkts []*engine.Packet) int {
 		if n <= 0 || uint64(n) > fs {
 			last--
 			pkts[i], pkts[last] = pkts[last], pkts[i]
+			pkts[last].Reason = engine.DropTXTooBig
 			p.c[cTXTooBig]++
 			continue
 		}
