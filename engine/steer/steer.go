@@ -529,12 +529,13 @@ func (p *Program) SetSteerAll(on bool) error {
 }
 
 // SetDropNoSocket makes a frame the program steers to a queue without a
-// registered socket be dropped (on) instead of passed to the kernel (off,
-// the default); either way it is counted in Stats.NoSocket. A Host Agent
-// sets it on its VM ports: while its sockets are re-opened (a data path
-// rebuild), a VM's reply must not reach the kernel, which would forward it
-// untranslated, with the DIP as its source, and make the client reset the
-// connection. Dropped, it is retransmitted.
+// registered socket be dropped (on), counted in Stats.NoSocketDropped,
+// instead of passed to the kernel (off, the default), counted in
+// Stats.NoSocket. A Host Agent sets it on its VM ports: while its sockets
+// are re-opened (a data path rebuild), a VM's reply must not reach the
+// kernel, which would forward it untranslated, with the DIP as its
+// source, and make the client reset the connection. Dropped, it is
+// retransmitted.
 func (p *Program) SetDropNoSocket(on bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
