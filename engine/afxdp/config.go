@@ -178,6 +178,12 @@ var (
 	ErrPortDown = errors.New("afxdp: port down")
 )
 
+// DropTXNoFrame is the reason a port gives the frames Transmit refused
+// for lack of a free chunk to copy them into (Stats.TXNoFrame); frames
+// refused for lack of a TX ring slot keep the engine's default,
+// engine.DropTXFull.
+var DropTXNoFrame = engine.RegisterDropReason("tx_no_frame")
+
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
 	if c.NumFrames == 0 {

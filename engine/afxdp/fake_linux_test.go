@@ -216,3 +216,55 @@ func TestFakeBackpressure(t *testing.T) {
 	require.Zero(t, f.TX)
 	require.Equal(t, 256, f.Free+f.Kernel)
 }
+
+// TestFakeRefusalReasons fills a port's TX side while the fake kernel
+// sends nothing, once until the TX ring is full and once until no free
+// chunk is left to copy into (the ring still has room): the worker drops
+// the refused frames under the reason the port counts them by.
+func TestFakeRefusalReasons(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     Config
+		batches int
+		reason  string
+		counter int
+	}{
+		{"tx ring full", Config{NumFrames: 512, FillRingSize: 64, CompletionRingSize: 64, RXRingSize: 64, TXRingSize: 64}, 2, "tx_full", cTXRingFull},
+		// 256 chunks: 64 on the fill ring, 192 free (64 of them the
+		// reserve for copies); three batches of copies take them all.
+		{"no free chunk", Config{NumFrames: 256, FillRingSize: 64, CompletionRingSize: 256, RXRingSize: 64, TXRingSize: 256}, 4, "tx_no_frame", cTXNoFrame},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, k := newFakePort(t, tc.cfg)
+			mem, err := engine.NewMemPort(engine.MemPortConfig{Name: "mem", Frames: 8 * engine.MaxBatch})
+			require.NoError(t, err)
+			toXDP := engine.StageFunc(func(b *engine.Batch) {
+				for _, pk := range b.Packets() {
+					pk.OutPort = 0
+				}
+			})
+			w, err := engine.NewWorker(engine.WorkerConfig{
+				Ports:  []engine.Port{p, mem},
+				Inputs: []engine.Input{{Port: 1, Pipeline: engine.NewPipeline(toXDP)}},
+			})
+			require.NoError(t, err)
+			for i := 0; i < tc.batches; i++ {
+				for j := 0; j < engine.MaxBatch; j++ {
+					mem.Inject(fakeFrame(j, 64))
+				}
+				require.Equal(t, engine.MaxBatch, w.Poll())
+				requireInvariant(t, p)
+			}
+			var es engine.Stats
+			w.Counters().Snapshot(&es)
+			require.EqualValues(t, engine.MaxBatch, p.c[tc.counter])
+			require.Equal(t, map[string]uint64{tc.reason: engine.MaxBatch}, es.DropsByName())
+
+			require.Len(t, k.transmit(), (tc.batches-1)*engine.MaxBatch)
+			require.NoError(t, p.Flush())
+			requireInvariant(t, p)
+			require.Zero(t, p.Frames().TX)
+		})
+	}
+}

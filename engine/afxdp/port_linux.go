@@ -254,7 +254,9 @@ func (p *Port) Receive(b *engine.Batch, pool []engine.Packet, inPort uint16) int
 // current offset, so prepended headers are sent); other frames are copied
 // into a free chunk. It takes a prefix of pkts; frames it can never send (a
 // length of 0 or more than a chunk) are moved behind that prefix, so the
-// worker drops them. Nothing reaches the kernel before Flush.
+// worker drops them. Once a copy finds no free chunk it takes no more
+// frames, and gives those it left (too-big ones aside) the reason
+// DropTXNoFrame. Nothing reaches the kernel before Flush.
 func (p *Port) Transmit(pkts []*engine.Packet) int {
 	if p.a != nil {
 		return p.a.transmit(p, pkts)
@@ -305,6 +307,9 @@ func (p *Port) Transmit(pkts []*engine.Packet) int {
 	if rest := uint64(last - int(i)); rest > 0 {
 		if noFrame {
 			p.c[cTXNoFrame] += rest
+			for _, pk := range pkts[i:last] {
+				pk.Reason = DropTXNoFrame
+			}
 		} else {
 			p.c[cTXRingFull] += rest
 		}
