@@ -328,8 +328,10 @@ func (p *Program) Config() Config {
 // attached and entries present in both the old and the new set are never
 // touched, so their traffic is steered throughout. Stale entries are
 // deleted before new ones are added (so a full map can be turned over),
-// and the lookup classes are widened before and narrowed after, so no
-// packet skips a lookup for an entry that exists.
+// new infrastructure prefixes are added before new rules (so a rule never
+// steers what its prefixes veto), and the lookup classes are widened
+// before and narrowed after, so no packet skips a lookup for an entry
+// that exists.
 //
 // desired is validated whole before anything changes. An error from the
 // kernel midway is undone: Sync deletes what it added and puts back what
@@ -386,13 +388,15 @@ func (p *Program) Sync(desired Config) (err error) {
 			}
 		}
 	}
-	for k := range want {
-		if err = p.putRule(k); err != nil {
+	// Vetoes before the rules they veto: a new source rule never steers
+	// what a new infrastructure prefix passes, even for a moment.
+	for k := range wantInfra {
+		if err = p.putInfra(k); err != nil {
 			return err
 		}
 	}
-	for k := range wantInfra {
-		if err = p.putInfra(k); err != nil {
+	for k := range want {
+		if err = p.putRule(k); err != nil {
 			return err
 		}
 	}

@@ -243,3 +243,33 @@ func TestSteerAll(t *testing.T) {
 	assert.Equal(t, uint32(xdpRedirect), ret, "the VIP rule still holds")
 	assert.Equal(t, uint32(classDstPort), mapClasses(t, p))
 }
+
+// TestSyncVetoesBeforeRules: Sync adds infrastructure prefixes before
+// rules, so a source rule never steers, even for a moment or after a
+// failure midway, what its new prefixes veto. Here the kernel refuses the
+// prefix (its trie is full behind the Program's back, as an allocation
+// failure of the unpreallocated trie would refuse it): the Sync fails and
+// the DIP's traffic to the prober still reaches the kernel.
+func TestSyncVetoesBeforeRules(t *testing.T) {
+	p := loadOrSkip(t, Options{MaxInfraPrefixes: 1})
+	dip := tcp(dipAny4, client4, 80, 40000).frame(t)
+	probe := tcp(dipAny4, prober4, 80, 40000).frame(t)
+	cfg := Config{
+		Src:   []SrcRule{{Addr: dipAny4}},
+		Infra: []netip.Prefix{netip.MustParsePrefix("198.18.3.0/24")},
+	}
+	other, err := infraKey(netip.MustParsePrefix("2001:db8:9::/48"))
+	require.NoError(t, err)
+	require.NoError(t, p.objs.SteerInfra.Update(&other, uint8(1), ebpf.UpdateNoExist))
+
+	require.Error(t, p.Sync(cfg))
+	_, d := runFrame(t, p, probe)
+	assert.NotEqual(t, outSrc, outcomeOf(t, d), "steered to the data path although the prober's prefix vetoes it")
+
+	require.NoError(t, p.objs.SteerInfra.Delete(&other))
+	require.NoError(t, p.Sync(cfg), "converges once the kernel takes the prefix")
+	_, d = runFrame(t, p, probe)
+	assert.Equal(t, outInfra, outcomeOf(t, d))
+	_, d = runFrame(t, p, dip)
+	assert.Equal(t, outSrc, outcomeOf(t, d))
+}
