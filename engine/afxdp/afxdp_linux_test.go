@@ -154,3 +154,19 @@ func TestCloseAndStats(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseFreesQueue: a closed port, whichever its ring code, leaves its
+// queue free: a new socket binds to it (the kernel releases the old one
+// asynchronously; RingOwn's Open retries while the queue is busy, about a
+// second).
+func TestCloseFreesQueue(t *testing.T) {
+	for _, rc := range rings {
+		t.Run(rc.name, func(t *testing.T) {
+			r := newRig(t, 1)
+			p := openPort(t, r.lbLink, afxdp.Config{Ring: rc.ring})
+			require.NoError(t, p.Close())
+			p = openPort(t, r.lbLink, afxdp.Config{})
+			require.NoError(t, p.Close())
+		})
+	}
+}

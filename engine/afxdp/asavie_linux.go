@@ -4,6 +4,9 @@ package afxdp
 
 import (
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -30,6 +33,8 @@ type asavieSock struct {
 	txDescs []xdp.Desc // Transmit scratch
 	spare   []xdp.Desc // free chunks minus held ones
 	txSize  int
+
+	rings [][2]uintptr // the rings' mappings (address, length), for close
 }
 
 // asavieFlagsMu serialises asavie's package-level bind flags.
@@ -58,6 +63,11 @@ func openAsavie(cfg Config, ifindex int) (*asavieSock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("afxdp: asavie: %w", err)
 	}
+	rings, err := socketMappings(x.FD())
+	if err != nil {
+		_ = x.Close()
+		return nil, fmt.Errorf("afxdp: asavie: %w", err)
+	}
 	// The copy-mode TX budget is a kernel setting, not ring code: raise it
 	// as for RingOwn so both are measured alike.
 	_ = unix.SetsockoptInt(x.FD(), unix.SOL_XDP, xsk.OptMaxTXSkbBudget, cfg.TXRingSize)
@@ -71,8 +81,38 @@ func openAsavie(cfg Config, ifindex int) (*asavieSock, error) {
 		txDescs: make([]xdp.Desc, 0, cfg.TXRingSize),
 		spare:   make([]xdp.Desc, 0, max(cfg.TXRingSize, cfg.FillRingSize)),
 		txSize:  cfg.TXRingSize,
+		rings:   rings,
 	}
 	return a, nil
+}
+
+// socketMappings returns the address ranges mapped from socket fd (asavie
+// maps the four rings and keeps no handle to unmap them with).
+func socketMappings(fd int) ([][2]uintptr, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("fstat: %w", err)
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return nil, err
+	}
+	name := "socket:[" + strconv.FormatUint(st.Ino, 10) + "]"
+	var out [][2]uintptr
+	for _, line := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || f[5] != name {
+			continue
+		}
+		lo, hi, _ := strings.Cut(f[0], "-")
+		a, err1 := strconv.ParseUint(lo, 16, 64)
+		b, err2 := strconv.ParseUint(hi, 16, 64)
+		if err1 != nil || err2 != nil || b <= a {
+			return nil, fmt.Errorf("/proc/self/maps: bad range %q", f[0])
+		}
+		out = append(out, [2]uintptr{uintptr(a), uintptr(b - a)})
+	}
+	return out, nil
 }
 
 // freeDescs returns up to n chunks asavie considers free, minus the held
@@ -225,4 +265,17 @@ func (a *asavieSock) frames(p *Port) Frames {
 	return f
 }
 
-func (a *asavieSock) close() error { return a.x.Close() }
+// close closes the socket and unmaps the rings, which asavie's Close
+// leaves mapped: a mapping holds the socket, which would stay bound to
+// its queue (a new socket there fails with EBUSY) and keep its UMEM
+// pinned.
+func (a *asavieSock) close() error {
+	err := a.x.Close()
+	for _, m := range a.rings {
+		if _, _, e := unix.Syscall(unix.SYS_MUNMAP, m[0], m[1], 0); e != 0 && err == nil {
+			err = fmt.Errorf("afxdp: asavie: munmap ring: %w", e)
+		}
+	}
+	a.rings = nil
+	return err
+}
