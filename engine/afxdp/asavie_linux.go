@@ -182,6 +182,7 @@ func (a *asavieSock) transmit(p *Port, pkts []*engine.Packet) int {
 	last := len(pkts)
 	i, si := 0, 0
 	var bytes uint64
+	noFrame := false
 	for i < last && len(descs) < cap(descs) {
 		pk := pkts[i]
 		n := pk.Len()
@@ -197,6 +198,7 @@ func (a *asavieSock) transmit(p *Port, pkts []*engine.Packet) int {
 			descs = append(descs, xdp.Desc{Addr: frame + uint64(pk.Headroom()), Len: uint32(n)})
 		} else {
 			if si == len(spare) {
+				noFrame = true
 				break
 			}
 			base := spare[si].Addr
@@ -225,8 +227,16 @@ func (a *asavieSock) transmit(p *Port, pkts []*engine.Packet) int {
 		}
 	}
 	p.c[cTXBytes] += bytes
-	if rest := last - k; rest > 0 {
-		p.c[cTXRingFull] += uint64(rest)
+	p.c[cTXRingFull] += uint64(i - k) // refused by asavie: no TX ring slot
+	if rest := last - i; rest > 0 {
+		if noFrame {
+			p.c[cTXNoFrame] += uint64(rest)
+			for _, pk := range pkts[i:last] {
+				pk.Reason = DropTXNoFrame
+			}
+		} else {
+			p.c[cTXRingFull] += uint64(rest)
+		}
 	}
 	return k
 }

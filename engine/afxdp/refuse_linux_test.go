@@ -56,3 +56,48 @@ func TestTransmitTooBig(t *testing.T) {
 		})
 	}
 }
+
+// TestAsavieNoFrame copies frames into a RingAsavie port until no chunk is
+// free (nothing is flushed, so nothing comes back; the TX ring has room):
+// the rest are refused for lack of a chunk, counted and given the reason
+// tx_no_frame as RingOwn does (TestFakeRefusalReasons), not tx_full.
+func TestAsavieNoFrame(t *testing.T) {
+	r := newRig(t, 1)
+	// 256 chunks, 64 on the fill ring: 192 to copy into.
+	port := openPort(t, r.lbLink, afxdp.Config{Ring: afxdp.RingAsavie, NumFrames: 256,
+		FillRingSize: 64, RXRingSize: 64, TXRingSize: 256, CompletionRingSize: 256})
+	mem, err := engine.NewMemPort(engine.MemPortConfig{Name: "mem"})
+	require.NoError(t, err)
+	lbAP := netip.MustParseAddrPort(lbAddr + ":9000")
+	peerAP := netip.MustParseAddrPort(peerAddr + ":9001")
+	f := udpFrame(t, r.peerLink.MAC, r.lbLink.MAC, lbAP, peerAP, payload(1, 100))
+	var b engine.Batch
+	pool := make([]engine.Packet, engine.MaxBatch)
+	taken := 0
+	var refused []engine.DropReason
+	for i := 0; i < 4; i++ {
+		for j := 0; j < engine.MaxBatch; j++ {
+			mem.Inject(f)
+		}
+		b.Reset()
+		require.Equal(t, engine.MaxBatch, mem.Receive(&b, pool, 1))
+		k := port.Transmit(b.Packets())
+		taken += k
+		for _, pk := range b.Packets()[k:] {
+			refused = append(refused, pk.Reason)
+		}
+		mem.Release(b.Packets())
+	}
+	require.Equal(t, 192, taken)
+	require.Len(t, refused, engine.MaxBatch)
+	for _, r := range refused {
+		require.Equal(t, afxdp.DropTXNoFrame, r)
+	}
+	require.NoError(t, port.Flush())
+	st, err := port.Stats()
+	require.NoError(t, err)
+	require.EqualValues(t, engine.MaxBatch, st.TXNoFrame)
+	require.Zero(t, st.TXRingFull)
+	drain(port)
+	requireNoLeak(t, port)
+}
