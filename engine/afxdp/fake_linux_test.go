@@ -220,19 +220,26 @@ func TestFakeBackpressure(t *testing.T) {
 // TestFakeRefusalReasons fills a port's TX side while the fake kernel
 // sends nothing, once until the TX ring is full and once until no free
 // chunk is left to copy into (the ring still has room): the worker drops
-// the refused frames under the reason the port counts them by.
+// the refused frames under the reason the port counts them by, and frames
+// no chunk can hold (empty ones here) as tx_too_big whatever else the
+// port ran out of.
 func TestFakeRefusalReasons(t *testing.T) {
+	full := Config{NumFrames: 512, FillRingSize: 64, CompletionRingSize: 64, RXRingSize: 64, TXRingSize: 64}
+	// 256 chunks: 64 on the fill ring, 192 free (64 of them the reserve
+	// for copies); three batches of copies take them all.
+	noChunk := Config{NumFrames: 256, FillRingSize: 64, CompletionRingSize: 256, RXRingSize: 64, TXRingSize: 256}
 	tests := []struct {
 		name    string
 		cfg     Config
 		batches int
+		empty   int // empty frames at the end of the last batch
 		reason  string
 		counter int
 	}{
-		{"tx ring full", Config{NumFrames: 512, FillRingSize: 64, CompletionRingSize: 64, RXRingSize: 64, TXRingSize: 64}, 2, "tx_full", cTXRingFull},
-		// 256 chunks: 64 on the fill ring, 192 free (64 of them the
-		// reserve for copies); three batches of copies take them all.
-		{"no free chunk", Config{NumFrames: 256, FillRingSize: 64, CompletionRingSize: 256, RXRingSize: 64, TXRingSize: 256}, 4, "tx_no_frame", cTXNoFrame},
+		{"tx ring full", full, 2, 0, "tx_full", cTXRingFull},
+		{"tx ring full, empty frames behind", full, 2, 3, "tx_full", cTXRingFull},
+		{"no free chunk", noChunk, 4, 0, "tx_no_frame", cTXNoFrame},
+		{"no free chunk, empty frames behind", noChunk, 4, 3, "tx_no_frame", cTXNoFrame},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -251,6 +258,10 @@ func TestFakeRefusalReasons(t *testing.T) {
 			require.NoError(t, err)
 			for i := 0; i < tc.batches; i++ {
 				for j := 0; j < engine.MaxBatch; j++ {
+					if i == tc.batches-1 && j >= engine.MaxBatch-tc.empty {
+						mem.Inject([]byte{})
+						continue
+					}
 					mem.Inject(fakeFrame(j, 64))
 				}
 				require.Equal(t, engine.MaxBatch, w.Poll())
@@ -258,8 +269,14 @@ func TestFakeRefusalReasons(t *testing.T) {
 			}
 			var es engine.Stats
 			w.Counters().Snapshot(&es)
-			require.EqualValues(t, engine.MaxBatch, p.c[tc.counter])
-			require.Equal(t, map[string]uint64{tc.reason: engine.MaxBatch}, es.DropsByName())
+			refused := uint64(engine.MaxBatch - tc.empty)
+			require.Equal(t, refused, p.c[tc.counter])
+			require.EqualValues(t, tc.empty, p.c[cTXTooBig])
+			want := map[string]uint64{tc.reason: refused}
+			if tc.empty > 0 {
+				want["tx_too_big"] = uint64(tc.empty)
+			}
+			require.Equal(t, want, es.DropsByName())
 
 			require.Len(t, k.transmit(), (tc.batches-1)*engine.MaxBatch)
 			require.NoError(t, p.Flush())

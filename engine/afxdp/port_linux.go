@@ -304,6 +304,11 @@ func (p *Port) Transmit(pkts []*engine.Packet) int {
 	p.inTX += int(i)
 	p.c[cTXFrames] += uint64(i)
 	p.c[cTXBytes] += bytes
+	if int(i) < last {
+		// The loop stopped early: the frames it did not reach that no
+		// chunk can hold are refused as too big, not for what ran out.
+		last = p.sortOutTooBig(pkts, int(i), last)
+	}
 	if rest := uint64(last - int(i)); rest > 0 {
 		if noFrame {
 			p.c[cTXNoFrame] += rest
@@ -315,6 +320,23 @@ func (p *Port) Transmit(pkts []*engine.Packet) int {
 		}
 	}
 	return int(i)
+}
+
+// sortOutTooBig moves the frames of pkts[from:last] that no chunk can
+// hold (empty, or longer than a chunk) behind the others, with the reason
+// DropTXTooBig, and returns the new last.
+func (p *Port) sortOutTooBig(pkts []*engine.Packet, from, last int) int {
+	for j := from; j < last; {
+		if n := pkts[j].Len(); n <= 0 || uint64(n) > p.frameSize {
+			last--
+			pkts[j], pkts[last] = pkts[last], pkts[j]
+			pkts[last].Reason = engine.DropTXTooBig
+			p.c[cTXTooBig]++
+			continue
+		}
+		j++
+	}
+	return last
 }
 
 // copyIn copies frame into a free chunk and returns its descriptor, or
