@@ -60,7 +60,8 @@ func TestTransmitTooBig(t *testing.T) {
 // TestAsavieNoFrame copies frames into a RingAsavie port until no chunk is
 // free (nothing is flushed, so nothing comes back; the TX ring has room):
 // the rest are refused for lack of a chunk, counted and given the reason
-// tx_no_frame as RingOwn does (TestFakeRefusalReasons), not tx_full.
+// tx_no_frame as RingOwn does (TestFakeRefusalReasons), not tx_full, but
+// for the empty frames among them, which are too big for any port.
 func TestAsavieNoFrame(t *testing.T) {
 	r := newRig(t, 1)
 	// 256 chunks, 64 on the fill ring: 192 to copy into.
@@ -77,6 +78,10 @@ func TestAsavieNoFrame(t *testing.T) {
 	var refused []engine.DropReason
 	for i := 0; i < 4; i++ {
 		for j := 0; j < engine.MaxBatch; j++ {
+			if i == 3 && j >= engine.MaxBatch-2 {
+				mem.Inject([]byte{})
+				continue
+			}
 			mem.Inject(f)
 		}
 		b.Reset()
@@ -89,14 +94,16 @@ func TestAsavieNoFrame(t *testing.T) {
 		mem.Release(b.Packets())
 	}
 	require.Equal(t, 192, taken)
-	require.Len(t, refused, engine.MaxBatch)
+	reasons := map[engine.DropReason]int{}
 	for _, r := range refused {
-		require.Equal(t, afxdp.DropTXNoFrame, r)
+		reasons[r]++
 	}
+	require.Equal(t, map[engine.DropReason]int{afxdp.DropTXNoFrame: engine.MaxBatch - 2, engine.DropTXTooBig: 2}, reasons)
 	require.NoError(t, port.Flush())
 	st, err := port.Stats()
 	require.NoError(t, err)
-	require.EqualValues(t, engine.MaxBatch, st.TXNoFrame)
+	require.EqualValues(t, engine.MaxBatch-2, st.TXNoFrame)
+	require.EqualValues(t, 2, st.TXTooBig)
 	require.Zero(t, st.TXRingFull)
 	drain(port)
 	requireNoLeak(t, port)
