@@ -404,9 +404,10 @@ func (p *Program) Sync(desired Config) (err error) {
 }
 
 // restore makes the maps hold rules and infra again after a Sync failed
-// midway: it deletes what the Sync added (freeing room first), then puts
-// back what it deleted. It tries every entry and returns the errors
-// joined. Called with p.mu held.
+// midway: it deletes what the Sync added (freeing room first; rules
+// before the prefixes that veto them), then puts back what it deleted
+// (prefixes before rules, as Sync adds them). It tries every entry and
+// returns the errors joined. Called with p.mu held.
 func (p *Program) restore(rules map[ruleKey]struct{}, infra map[lpmKey]struct{}) error {
 	var errs []error
 	for k := range p.rules {
@@ -419,11 +420,11 @@ func (p *Program) restore(rules map[ruleKey]struct{}, infra map[lpmKey]struct{})
 			errs = append(errs, p.deleteInfra(k))
 		}
 	}
-	for k := range rules {
-		errs = append(errs, p.putRule(k))
-	}
 	for k := range infra {
 		errs = append(errs, p.putInfra(k))
+	}
+	for k := range rules {
+		errs = append(errs, p.putRule(k))
 	}
 	return errors.Join(errs...)
 }

@@ -244,12 +244,15 @@ func TestSteerAll(t *testing.T) {
 	assert.Equal(t, uint32(classDstPort), mapClasses(t, p))
 }
 
-// TestSyncVetoesBeforeRules: Sync adds infrastructure prefixes before
-// rules, so a source rule never steers, even for a moment or after a
-// failure midway, what its new prefixes veto. Here the kernel refuses the
-// prefix (its trie is full behind the Program's back, as an allocation
-// failure of the unpreallocated trie would refuse it): the Sync fails and
-// the DIP's traffic to the prober still reaches the kernel.
+// TestSyncVetoesBeforeRules: a source rule does not steer what its new
+// prefixes veto after a Sync that failed midway. Here the kernel refuses
+// the prefix (its trie is full behind the Program's back, as an
+// allocation failure of the unpreallocated trie would refuse it): the
+// Sync fails and the DIP's traffic to the prober still reaches the
+// kernel. Sync adds prefixes before rules, so the rule is never in the
+// map without its veto even for a moment, and the undo of a failure
+// (TestSyncUndoesAFailure) takes the rule out if it was; this test sees
+// the outcome, not which of the two gave it.
 func TestSyncVetoesBeforeRules(t *testing.T) {
 	p := loadOrSkip(t, Options{MaxInfraPrefixes: 1})
 	dip := tcp(dipAny4, client4, 80, 40000).frame(t)
