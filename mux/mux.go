@@ -441,7 +441,28 @@ func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
 			return fmt.Errorf("mux: %w (restart the Mux to apply it)", err)
 		}
 	}
+	// The first speaker starts before the controller applies anything:
+	// one that cannot start (its listen port taken, say) refuses the
+	// version whole, rather than leaving the controller on a version the
+	// watcher reports refused.
+	var started *bgp.Announcer
+	if running == nil && doc.BGP != nil {
+		a, err := bgp.New(bgpConfig(doc.BGP, m.log))
+		if err != nil {
+			return err
+		}
+		if err := a.Start(ctx); err != nil {
+			return err
+		}
+		started = a
+	}
 	if err := m.ctl.Apply(doc); err != nil {
+		if started != nil {
+			// It announced nothing: no grace period to wait.
+			if serr := started.Shutdown(context.Background()); serr != nil {
+				m.log.Error("mux: stopping the BGP speaker of a refused version", "err", serr)
+			}
+		}
 		return err
 	}
 	m.mu.Lock()
@@ -450,22 +471,18 @@ func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
 	if doc.BGP == nil {
 		return nil
 	}
-	cfg := bgpConfig(doc.BGP, m.log)
-	if m.announcer != nil {
-		if err := m.announcer.Reconfigure(cfg); err != nil {
+	if started == nil {
+		if err := m.announcer.Reconfigure(bgpConfig(doc.BGP, m.log)); err != nil {
 			m.log.Error("mux: BGP reconfiguration", "err", err)
 		}
 		return nil
 	}
-	a, err := bgp.New(cfg)
-	if err != nil {
-		return err
+	m.announcer = started
+	if err := m.ctl.SetAnnouncer(started); err != nil {
+		// The version runs; the next change of the announced set retries.
+		m.log.Error("mux: BGP announcements", "err", err)
 	}
-	if err := a.Start(ctx); err != nil {
-		return err
-	}
-	m.announcer = a
-	return m.ctl.SetAnnouncer(a)
+	return nil
 }
 
 // filterPrefixes are the prefixes the source filter refuses traffic from:

@@ -1,0 +1,73 @@
+package mux
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdplb/xdplb/control"
+)
+
+// A document that brings the first bgp section, whose speaker then fails
+// to start (its listen port is taken), is refused whole: the watcher
+// keeps reporting the running version, and the controller — what the data
+// path and the announcements run — keeps it too, so the version the node
+// reports is the one it runs.
+func TestReloadWhoseBGPSpeakerFailsIsRefusedWhole(t *testing.T) {
+	// The port the new speaker would listen on, taken.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+
+	tests := []struct {
+		name string
+		bgp  string // the bgp section of version 2
+	}{
+		{"listen port taken", "bgp:\n  asn: 65010\n  router_id: 198.18.0.10\n  listen_port: " + strconv.Itoa(port) +
+			"\n  listen_addresses: [127.0.0.1]\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "fleet.yaml")
+			write := func(doc string) {
+				t.Helper()
+				require.NoError(t, os.WriteFile(path+".tmp", []byte(doc), 0o600))
+				require.NoError(t, os.Rename(path+".tmp", path))
+			}
+			const vip = "vips:\n  - name: web\n    address: 198.18.7.1\n    protocol: tcp\n    port: 80\n" +
+				"    backends:\n      - {name: b0, address: 198.18.8.1, host: 198.18.9.1, mac: 02:00:00:00:01:01}\n"
+			write("version: 1\n")
+			m, err := New(Config{Interface: "unused", ConfigPath: path, Logger: quietLog})
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- m.watcher.Run(ctx, func(d *control.Document) error { return m.apply(ctx, d) }) }()
+			defer func() {
+				cancel()
+				<-done
+				m.shutdownBGP()
+			}()
+			<-m.watcher.Ready()
+
+			rejected := m.Status().Rejected
+			write("version: 2\n" + vip + tt.bgp)
+			deadline := time.Now().Add(10 * time.Second) // hang guard
+			m.Reload()
+			for m.Status().Rejected == rejected {
+				require.False(t, time.Now().After(deadline), "no refusal: status %+v", m.Status())
+				time.Sleep(10 * time.Millisecond)
+			}
+			require.EqualValues(t, 1, m.Status().Version, "the version is refused")
+			require.EqualValues(t, 1, m.ctl.Document().Version, "the controller runs the version reported")
+			require.Zero(t, m.ctl.Snapshot().(*muxSnapshot).rules.Len(), "the data path runs version 1's rules")
+		})
+	}
+}
