@@ -185,7 +185,20 @@ func (c *Controller) Apply(doc *control.Document) error {
 	if c.external {
 		ext, probes = externalTargets(doc, plan.Probes)
 	}
-	snap, err := flow.NewSnapshot(doc.Version, doc.Rules(c.healthOf(doc, ext)), c.rules.Load())
+	// A target the checker is about to start over (checker.Set: a new
+	// address or port) has no verdict yet, whatever it says of the old
+	// place now.
+	up := c.healthOf(doc, ext)
+	if moved := movedTargets(c.probes, probes); moved != nil {
+		probed := up
+		up = func(vip, backend string) (bool, bool) {
+			if moved[targetKey(vip, backend)] { // a target, so probed
+				return false, true
+			}
+			return probed(vip, backend)
+		}
+	}
+	snap, err := flow.NewSnapshot(doc.Version, doc.Rules(up), c.rules.Load())
 	if err != nil {
 		return fmt.Errorf("mux: version %d: %w", doc.Version, err)
 	}
@@ -399,6 +412,29 @@ func (c *Controller) healthOf(doc *control.Document, ext *extHealth) func(vip, b
 		}
 		return c.probedUp(ext, vip, backend), true
 	}
+}
+
+// movedTargets returns the keys of the targets of next that the checker
+// runs now (running) at another address or port: checker.Set starts them
+// over, Unknown, so the verdict it holds until then is the old place's.
+func movedTargets(running, next []health.Target) map[string]bool {
+	if len(running) == 0 || len(next) == 0 {
+		return nil
+	}
+	at := make(map[string]netip.AddrPort, len(running))
+	for _, t := range running {
+		at[t.Key] = t.Addr
+	}
+	var moved map[string]bool
+	for _, t := range next {
+		if a, ok := at[t.Key]; ok && a != t.Addr {
+			if moved == nil {
+				moved = map[string]bool{}
+			}
+			moved[t.Key] = true
+		}
+	}
+	return moved
 }
 
 // syncAnnouncements announces the VIPs that have a backend able to take
