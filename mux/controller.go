@@ -168,7 +168,9 @@ func (c *Controller) Plan() *Plan {
 }
 
 // Apply makes doc the running document, whole or not at all: the rule
-// snapshot is built first, and on error nothing changes.
+// snapshot is built first, and on error nothing changes. Once the version
+// is published it is applied: announcements BGP does not take then are
+// logged and asked for again at the next change.
 func (c *Controller) Apply(doc *control.Document) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -233,7 +235,12 @@ func (c *Controller) Apply(doc *control.Document) error {
 	c.log.Info("mux: applied configuration", "version", doc.Version, "vips", len(doc.VIPs),
 		"added", len(diff.AddedVIPs), "removed", len(diff.RemovedVIPs), "changed", len(diff.ChangedVIPs), "tables", len(diff.Tables),
 		"outbound", len(plan.Outbound), "allocations", returns.Len())
-	return c.syncAnnouncements()
+	// The version runs: an error from here on must not refuse it. The
+	// announcements not taken are asked for again at the next change.
+	if err := c.syncAnnouncements(); err != nil {
+		c.log.Error("mux: BGP announcements", "version", doc.Version, "err", err)
+	}
+	return nil
 }
 
 // publish makes snap, built from doc, the running snapshot, with the

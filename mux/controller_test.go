@@ -3,6 +3,7 @@ package mux
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 
@@ -41,9 +42,15 @@ func (f *fakeChecker) set(key string, s health.State) {
 	f.mu.Unlock()
 }
 
-type fakeAnnouncer struct{ calls [][]netip.Prefix }
+type fakeAnnouncer struct {
+	calls [][]netip.Prefix
+	fail  error // returned by Sync instead of taking the set
+}
 
 func (f *fakeAnnouncer) Sync(want []netip.Prefix) error {
+	if f.fail != nil {
+		return f.fail
+	}
 	f.calls = append(f.calls, append([]netip.Prefix(nil), want...))
 	return nil
 }
@@ -198,4 +205,49 @@ func TestControllerSourcePrefixes(t *testing.T) {
 	snap = c.snapshot.Load()
 	require.Same(t, sets[2], snap.SourcePrefixes(), "the set of the version of the rules")
 	require.EqualValues(t, 2, snap.RuleSnapshot().Version)
+}
+
+// TestControllerApplyAnnouncementFails: Apply returns an error only for
+// a version it did not apply. A version that is published, but whose
+// announcements BGP does not take at once, is applied (Apply returns nil,
+// Version reports it: the watcher must not call it refused while the data
+// path runs it), and the announcements follow at the next change.
+func TestControllerApplyAnnouncementFails(t *testing.T) {
+	doc, err := control.Parse([]byte(doc1))
+	require.NoError(t, err)
+	tests := []struct {
+		name string
+		edit func(d *control.Document) // version 2, from version 1
+	}{
+		{"a VIP added", func(d *control.Document) {
+			v := d.VIPs[1]
+			v.Name, v.Address = "dns2", netip.MustParseAddr("198.18.100.3")
+			d.VIPs = append(slices.Clone(d.VIPs), v)
+		}},
+		{"a VIP removed", func(d *control.Document) { d.VIPs = d.VIPs[:1] }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			chk := &fakeChecker{states: map[string]health.State{}}
+			ann := &fakeAnnouncer{}
+			rules := flow.NewRules()
+			c, err := NewController(ControllerConfig{Rules: rules, Checker: chk, Announcer: ann, Logger: quietLog})
+			require.NoError(t, err)
+			require.NoError(t, c.Apply(doc))
+
+			doc2 := *doc
+			doc2.Version = 2
+			tt.edit(&doc2)
+			ann.fail = errors.New("gobgp: add path failed")
+			err = c.Apply(&doc2)
+			require.EqualValues(t, 2, rules.Load().Version, "version 2 is published")
+			require.NoError(t, err, "a published version reported refused")
+			require.EqualValues(t, 2, c.Version())
+
+			ann.fail = nil
+			chk.set("web/a", health.Up)
+			c.HealthChanged(health.Event{Key: "web/a"})
+			require.Equal(t, wantAnnounced(rules.Load()), c.Announced(), "the announcements catch up")
+		})
+	}
 }
