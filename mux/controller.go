@@ -219,9 +219,18 @@ func (c *Controller) Apply(doc *control.Document) error {
 	}
 	if c.steering != nil {
 		if err := c.steering.Sync(plan.Steering); err != nil {
-			// Whole or not at all: the running version keeps its probes.
+			// Whole or not at all: the running version keeps its probes,
+			// and its steering rules (a sync that failed midway left the
+			// maps between the two sets: stale entries deleted).
 			if rerr := c.checker.Set(c.probes); rerr != nil {
 				c.log.Error("mux: restoring the running version's probe targets", "err", rerr)
+			}
+			var running steer.Config
+			if c.plan != nil {
+				running = c.plan.Steering
+			}
+			if rerr := c.steering.Sync(running); rerr != nil {
+				c.log.Error("mux: restoring the running version's steering rules", "err", rerr)
 			}
 			return fmt.Errorf("mux: version %d: steering: %w", doc.Version, err)
 		}

@@ -58,11 +58,25 @@ func (f *fakeAnnouncer) Sync(want []netip.Prefix) error {
 type fakeSteering struct {
 	cfg  steer.Config
 	fail error // returned by Sync instead of taking the configuration
+	// midway, once: Sync deletes the stale entries, as steer.Program.Sync
+	// does first, then fails adding the new ones with this error.
+	midway error
 }
 
 func (f *fakeSteering) Sync(c steer.Config) error {
 	if f.fail != nil {
 		return f.fail
+	}
+	if err := f.midway; err != nil {
+		f.midway = nil
+		var kept []steer.DstRule
+		for _, r := range f.cfg.Dst {
+			if slices.Contains(c.Dst, r) {
+				kept = append(kept, r)
+			}
+		}
+		f.cfg.Dst = kept
+		return err
 	}
 	f.cfg = c
 	return nil
@@ -169,6 +183,18 @@ func TestControllerApplyWholeOrNothing(t *testing.T) {
 	st.fail = nil
 	require.NoError(t, c.Apply(&doc2))
 	require.Len(t, chk.targets, 1)
+	require.EqualValues(t, 2, rules.Load().Version)
+
+	// A sync that fails midway (a kernel error once the stale entries are
+	// gone, steer.Program.Sync) leaves the running version's steering,
+	// not one between the two: version 2's VIPs stay steered.
+	steering = st.cfg
+	doc3 := *doc
+	doc3.Version = 3
+	doc3.VIPs = doc.VIPs[1:] // dns only: web is stale
+	st.midway = errors.New("bpf map update: cannot allocate memory")
+	require.ErrorContains(t, c.Apply(&doc3), "cannot allocate memory")
+	require.Equal(t, steering, st.cfg, "steering of a refused version")
 	require.EqualValues(t, 2, rules.Load().Version)
 }
 
