@@ -52,8 +52,10 @@
 // new index). Config.OnForwarding runs once the data path forwards; the
 // binary drops its capabilities there (internal/node.MuxCaps).
 //
-// A reload whose BGP settings need a restart of the speaker is refused
-// whole (see apply), so the running version is the one reported.
+// A reload whose BGP settings need a restart of the speaker, or that
+// changes hash_seed (the data path hashes flows with the first
+// document's), is refused whole (see apply), so the running version is
+// the one reported.
 //
 // Controller is the part that needs no privileges (documents and health
 // verdicts in, rules, steering rules and announcements out); Mux is the
@@ -196,6 +198,11 @@ type Mux struct {
 	// rules of the same version).
 	sources   *guard.Sources
 	nodeAddrs []netip.Addr
+	// seed is the hash_seed of the first document applied (seeded): the
+	// one the connection table and every pipeline hash flows with. A
+	// reload that changes it is refused (ErrRestartRequired).
+	seed   uint64
+	seeded bool
 	// forwarding is true from the moment the data path runs until it
 	// fails or stops (xdplb_datapath_up).
 	forwarding atomic.Bool
@@ -347,10 +354,9 @@ func (m *Mux) Run(ctx context.Context) error {
 	// The connection table, placing keys by the first document's flow
 	// hash (the one every pipeline of this data path computes), and its
 	// ager.
-	var seed uint64
-	if doc := m.ctl.Document(); doc != nil {
-		seed = doc.HashSeed
-	}
+	m.mu.Lock()
+	seed := m.seed
+	m.mu.Unlock()
 	conns, err := m.connTable(seed)
 	if err != nil {
 		return err
@@ -419,6 +425,10 @@ func (m *Mux) Run(ctx context.Context) error {
 // the BGP speaker is started on the first document that has one, and
 // reconfigured on later ones.
 //
+// A document whose hash_seed differs from the first one's is refused
+// (ErrRestartRequired): the connection table and the pipelines hash
+// flows with the seed they were built with.
+//
 // A document whose BGP speaker differs from the running one in what
 // needs a restart of the speaker (asn, router_id, listen_port,
 // listen_addresses, or no bgp section any more) is refused before
@@ -431,8 +441,12 @@ func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
 		return err
 	}
 	m.mu.Lock()
-	running := m.announcer
+	running, seed, seeded := m.announcer, m.seed, m.seeded
 	m.mu.Unlock()
+	if seeded && doc.HashSeed != seed {
+		return fmt.Errorf("%w: hash_seed %#x, but the data path hashes flows with %#x (restart the Mux to apply it)",
+			ErrRestartRequired, doc.HashSeed, seed)
+	}
 	if running != nil {
 		if doc.BGP == nil {
 			return fmt.Errorf("mux: the document has no bgp section, but the BGP speaker runs: %w (restart the Mux to apply it)", bgp.ErrRestartRequired)
@@ -467,6 +481,9 @@ func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if !m.seeded {
+		m.seed, m.seeded = doc.HashSeed, true
+	}
 	m.prefetch(ctx, doc)
 	if doc.BGP == nil {
 		return nil
@@ -747,3 +764,9 @@ func (m *Mux) Stats() engine.Stats {
 func (m *Mux) sourcePrefixes(doc *control.Document) (*guard.Prefixes, error) {
 	return guard.NewPrefixes(m.nodeAddrs, filterPrefixes(doc))
 }
+
+// ErrRestartRequired is wrapped by the error of a reload the running data
+// path cannot take without a restart of the Mux: one that changes
+// hash_seed (the connection table and every pipeline hash flows with the
+// seed the data path was built with).
+var ErrRestartRequired = errors.New("mux: restart required")
