@@ -174,9 +174,10 @@ func (c *Controller) Plan() *Plan {
 func (c *Controller) Apply(doc *control.Document) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	version := doc.Version
 	doc, err := doc.ForNode(c.node)
 	if err != nil {
-		return fmt.Errorf("mux: version %d: %w", doc.Version, err)
+		return fmt.Errorf("mux: version %d: %w", version, err)
 	}
 	plan, err := NewPlan(doc, c.node)
 	if err != nil {

@@ -277,3 +277,34 @@ func TestControllerApplyAnnouncementFails(t *testing.T) {
 		})
 	}
 }
+
+// TestControllerApplyNotThisNode: a fleet document that does not serve
+// the controller's node (not in its nodes section, or a node name missing)
+// is refused with control.ErrUnknownNode, and the running version stays.
+func TestControllerApplyNotThisNode(t *testing.T) {
+	const fleet = "version: 2\nbgp:\n  asn: 65010\nnodes:\n  mux-1:\n    bgp:\n      router_id: 198.18.0.11\n"
+	tests := []struct {
+		name string
+		node string
+	}{
+		{"another node", "mux-9"},
+		{"no node name", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			first, err := control.Parse([]byte(doc1))
+			require.NoError(t, err)
+			first.Node.Name = tt.node
+			doc, err := control.Parse([]byte(fleet))
+			require.NoError(t, err)
+			rules := flow.NewRules()
+			c, err := NewController(ControllerConfig{Node: tt.node, Rules: rules, Checker: &fakeChecker{states: map[string]health.State{}}, Logger: quietLog})
+			require.NoError(t, err)
+			require.NoError(t, c.Apply(first))
+			require.NotPanics(t, func() { err = c.Apply(doc) })
+			require.ErrorIs(t, err, control.ErrUnknownNode)
+			require.EqualValues(t, 1, c.Version())
+			require.EqualValues(t, 1, rules.Load().Version)
+		})
+	}
+}
