@@ -162,7 +162,35 @@ func Open(spec Spec, beside *DataPath) (_ *DataPath, err error) {
 		}
 		l.attached = true
 	}
+
+	// 6. The shared programs take the new rules, live.
+	if err := dp.syncShared(); err != nil {
+		return nil, err
+	}
 	return dp, nil
+}
+
+// syncShared gives the programs dp shares with the running data path
+// the new spec's rules, live, as a rule update of the running data path:
+// the entries both keep stay steered throughout. Open's last step: a
+// build that fails before it never changed what the running one steers.
+func (dp *DataPath) syncShared() error {
+	for i, l := range dp.links {
+		if !l.shared {
+			continue
+		}
+		f := &dp.spec.Interfaces[i]
+		if err := l.prog.Sync(f.Steer); err != nil {
+			return fmt.Errorf("datapath: steering rules of %s: %w", f.Name, err)
+		}
+		if f.DropNoSocket != l.drop {
+			if err := l.prog.SetDropNoSocket(f.DropNoSocket); err != nil {
+				return fmt.Errorf("datapath: steering program of %s: %w", f.Name, err)
+			}
+			l.drop = f.DropNoSocket
+		}
+	}
+	return nil
 }
 
 // openLink resolves the interface f and gives it a program with f's
@@ -192,17 +220,8 @@ func (dp *DataPath) openLink(f *Interface) (*link, error) {
 		}
 		l.prog, l.attached, l.sockets, l.shared = old.prog, true, old.sockets, true
 		l.prev, l.prevDrop, l.drop = old.prog.Config(), old.drop, old.drop
-		// Live, as a rule update of the running data path: the entries
-		// both keep stay steered throughout.
-		if err := l.prog.Sync(f.Steer); err != nil {
-			return l, fmt.Errorf("datapath: steering rules of %s: %w", f.Name, err)
-		}
-		if f.DropNoSocket != old.drop {
-			if err := l.prog.SetDropNoSocket(f.DropNoSocket); err != nil {
-				return l, fmt.Errorf("datapath: steering program of %s: %w", f.Name, err)
-			}
-			l.drop = f.DropNoSocket
-		}
+		// Its rules change last (syncShared), once everything else is
+		// built: until then the running data path steers by its own.
 		return l, nil
 	}
 	if l.prog, err = steer.Load(dp.spec.Program); err != nil {

@@ -229,7 +229,7 @@ func TestOpenBeside(t *testing.T) {
 	runLinks := run.Links()
 
 	// A new VM port with a foreign program: refused, run untouched, its
-	// rules (changed live during the build) set back.
+	// rules too.
 	foreign := foreignXDP(t, "dpvm2")
 	next := Spec{Interfaces: []Interface{{Name: "dpup", Steer: rulesB}, {Name: "dpvm2", DropNoSocket: true}},
 		SlowPath: true, Pipeline: nopPipeline}
@@ -266,4 +266,55 @@ func TestOpenBeside(t *testing.T) {
 
 	require.NoError(t, dp.Close())
 	require.Zero(t, xdpProgID(t, "dpup"))
+}
+
+// TestOpenBesideTouchesRunningLast: while Open builds beside a running
+// data path, the running one's shared programs keep its rules until
+// everything only the new spec serves is built and attached; a build that
+// fails there (a foreign program on a new interface) never changed them.
+// Each Spec.Pipeline call (step 4, after the new interface's sockets are
+// open) records the rules the running data path steers by then.
+func TestOpenBesideTouchesRunningLast(t *testing.T) {
+	enterNetns(t)
+	veth(t, "dplup", 1)
+	veth(t, "dplvm1", 1)
+	run, err := Open(Spec{Interfaces: []Interface{{Name: "dplup", Steer: rulesA}}, SlowPath: true, Pipeline: nopPipeline}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = run.Close() })
+	prog := run.Links()[0].Program
+
+	tests := []struct {
+		name    string
+		foreign bool // a foreign XDP program on the new interface
+	}{
+		{"build fails", true},
+		{"build succeeds", false},
+	}
+	for _, tt := range tests {
+		if tt.foreign {
+			foreignXDP(t, "dplvm1")
+		} else {
+			removeXDP(t, "dplvm1")
+		}
+		var seen []steer.Config
+		next := Spec{Interfaces: []Interface{{Name: "dplup", Steer: rulesB}, {Name: "dplvm1"}}, SlowPath: true,
+			Pipeline: func(Input) (*engine.Pipeline, error) {
+				seen = append(seen, prog.Config())
+				return engine.NewPipeline(), nil
+			}}
+		dp, err := Open(next, run)
+		require.NotEmpty(t, seen, tt.name)
+		for _, c := range seen {
+			require.Equal(t, rulesA.Normalize(), c, "%s: the running data path's rules changed while the new one was built", tt.name)
+		}
+		if tt.foreign {
+			require.ErrorIs(t, err, steer.ErrForeignProgram, tt.name)
+			require.Equal(t, rulesA.Normalize(), prog.Config(), tt.name)
+			continue
+		}
+		require.NoError(t, err, tt.name)
+		require.Equal(t, rulesB.Normalize(), prog.Config(), "%s: the new rules, once built", tt.name)
+		require.NoError(t, dp.Discard())
+		require.Equal(t, rulesA.Normalize(), prog.Config(), "%s: discarded", tt.name)
+	}
 }

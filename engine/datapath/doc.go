@@ -19,8 +19,10 @@
 //     each interface and registered in that interface's program;
 //  4. Spec.Pipeline is called once per (interface, worker), and the
 //     workers (engine.Worker) and their engine.Engine are made;
-//  5. last, the programs are attached: from then on the steered traffic
-//     reaches the sockets and waits in their rings until the workers run.
+//  5. the programs are attached: from then on the steered traffic
+//     reaches the sockets and waits in their rings until the workers run;
+//  6. last, when building beside a running data path, the programs both
+//     share take the new rules (see below).
 //
 // If any step fails, Open releases everything it made — programs
 // detached and closed, sockets closed, slow path closed — and returns the
@@ -61,8 +63,8 @@
 // the new spec serves is built whole while the running one forwards;
 // whatever fails there (a foreign XDP program on a new interface, an
 // interface without the queues, no memory for the rings) fails Open before
-// anything of the running data path is touched, and the shared programs'
-// rules are set back. An interface both serve that was deleted and
+// anything of the running data path is touched: the shared programs'
+// rules are resynced last, and set back if that fails. An interface both serve that was deleted and
 // recreated, or whose queues changed, under the running data path cannot
 // be shared (a queue takes one socket): Open fails with
 // ErrInterfaceChanged.
