@@ -329,6 +329,20 @@ func (m *Mux) Run(ctx context.Context) error {
 	m.resolver = resolver
 	m.mu.Unlock()
 
+	// A document may start the BGP speaker (apply): whatever way Run
+	// returns, it stops announcing. On the ways out that never reach the
+	// ordered shutdown below (no data path: nothing to forward during a
+	// grace period) every VIP is withdrawn at once. Deferred before
+	// side.Stop, so it runs once the watcher, which starts the speaker,
+	// has stopped.
+	bgpDown := false
+	defer func() {
+		if !bgpDown {
+			m.withdrawAll()
+			m.shutdownBGP()
+		}
+	}()
+
 	// Side goroutines live until the data path has stopped.
 	side := node.NewSide(m.log, "mux")
 	defer side.Stop()
@@ -412,6 +426,7 @@ func (m *Mux) Run(ctx context.Context) error {
 	}
 	m.forwarding.Store(false)
 	m.shutdownBGP()
+	bgpDown = true
 	stopEngine()
 	if err := <-engDone; err != nil && runErr == nil {
 		runErr = err
