@@ -391,11 +391,9 @@ func (a *Agent) apply(doc *control.Document) error {
 			a.publish()
 			a.dp.plan = plan
 			a.dp.nat.SetDIPs(dips) // also builds the NAT view of the new rules
-		} else if rerr := a.dp.steer(a.dp.plan); rerr != nil {
-			// The interfaces synced before the one that failed took the
-			// refused version's rules: give them the running one's back.
-			a.log.Error("hostagent: restoring the running version's steering rules", "version", a.dp.plan.Version, "err", rerr)
 		}
+		// A refusal leaves every interface on the running rules:
+		// datapath.DataPath.Steer is whole or not at all.
 		a.mu.Unlock()
 		if err != nil {
 			return fmt.Errorf("hostagent: version %d: steering: %w", doc.Version, err)
