@@ -27,10 +27,10 @@ type Announcer interface {
 }
 
 // Steering is what the controller needs of the XDP steering program:
-// replace the rule set, whole or not at all — a Sync that fails leaves the
-// running set in place, as steer.Program.Sync does (it undoes a kernel
-// error midway), so Apply's refusal of a version keeps it steered.
-// *steer.Program implements it.
+// replace the rule set. *steer.Program implements it, whole or not at all
+// (it undoes a kernel error midway); for one that may leave a failed Sync
+// between the two sets, Apply syncs the running set again before it
+// refuses the version.
 type Steering interface {
 	Sync(desired steer.Config) error
 }
@@ -221,8 +221,8 @@ func (c *Controller) Apply(doc *control.Document) error {
 	if c.steering != nil {
 		if err := c.steering.Sync(plan.Steering); err != nil {
 			// Whole or not at all: the running version keeps its probes,
-			// and its steering rules (a sync that failed midway left the
-			// maps between the two sets: stale entries deleted).
+			// and its steering rules (steer.Program.Sync undoes a failure
+			// itself; another Steering may have left the two sets mixed).
 			if rerr := c.checker.Set(c.probes); rerr != nil {
 				c.log.Error("mux: restoring the running version's probe targets", "err", rerr)
 			}
