@@ -448,6 +448,34 @@ func (s *SNAT) batch(sb *snatBatch) *snatBatch {
 	return sb
 }
 
+// vipAt returns the VIP address of ID id, or nil when no configuration
+// named it. An ID the batch's configuration does not list yet is one
+// handed out since the batch began: another worker, under the newer
+// configuration, made a connection through that address. IDs only grow
+// and are never reused, so the current configuration's table names it.
+func (s *SNAT) vipAt(sb *snatBatch, id uint32) *[16]byte {
+	t := sb.st.vipByID
+	if int(id) >= len(t) {
+		t = s.state.Load().vipByID
+	}
+	if id == 0 || int(id) >= len(t) {
+		return nil
+	}
+	return &t[id]
+}
+
+// dipAt is vipAt for a DIP.
+func (s *SNAT) dipAt(sb *snatBatch, id uint32) *dipRef {
+	t := sb.st.dipByID
+	if int(id) >= len(t) {
+		t = s.state.Load().dipByID
+	}
+	if id == 0 || int(id) >= len(t) {
+		return nil
+	}
+	return &t[id]
+}
+
 // dip returns the outbound configuration of the packet source k.Src in
 // k.VNI, or nil.
 func (st *snatState) dip(k *flow.Key) *outDIP {

@@ -22,15 +22,17 @@ func (s *SNAT) inbound(sb *snatBatch, p *engine.Packet, c *counts) (r engine.Dro
 	var q flow.ConnQuery
 	s.ret.Prepare(&q, k)
 	val, cur, age, ok := s.ret.LookupPreparedAge(&q, sb.now)
-	id := val >> 16
-	if !ok || id == 0 || int(id) >= len(sb.st.dipByID) {
+	var dr *dipRef
+	if ok {
+		dr = s.dipAt(sb, val>>16)
+	}
+	if dr == nil {
 		if !isVIP {
 			return 0, false
 		}
 		c[cSNAT+sNoState]++
 		return DropSNATNoState, true
 	}
-	dr := &sb.st.dipByID[id]
 	if dr.vni != k.VNI || dr.fam != k.Family {
 		c[cSNAT+sNoState]++
 		return DropSNATNoState, true
@@ -114,15 +116,17 @@ func (s *SNAT) inboundError(sb *snatBatch, p *engine.Packet, q *quote, k *flow.K
 		return 0, false
 	}
 	val, _, ok := s.ret.Lookup(k, sb.now)
-	id := val >> 16
-	if !ok || id == 0 || int(id) >= len(sb.st.dipByID) || sb.st.dipByID[id].vni != k.VNI || sb.st.dipByID[id].fam != k.Family {
+	var dr *dipRef
+	if ok {
+		dr = s.dipAt(sb, val>>16)
+	}
+	if dr == nil || dr.vni != k.VNI || dr.fam != k.Family {
 		if !isVIP {
 			return 0, false
 		}
 		c[cSNAT+sNoState]++
 		return DropSNATNoState, true
 	}
-	dr := &sb.st.dipByID[id]
 	sport := uint16(val)
 	v4 := p.Flags&engine.FlagIPv4 != 0
 	rewriteQuote(q, v4, header.SideSrc, &dr.addr, sport)

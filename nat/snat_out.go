@@ -107,10 +107,13 @@ func (s *SNAT) outbound(sb *snatBatch, d *outDIP, p *engine.Packet, create bool,
 	var q flow.ConnQuery
 	s.out.Prepare(&q, k)
 	val, cur, age, ok := s.out.LookupPreparedAge(&q, sb.now)
-	if ok && (val>>16 == 0 || int(val>>16) >= len(sb.st.vipByID)) {
-		ok = false // not a value this SNAT wrote
+	var vip *[16]byte
+	if ok {
+		if vip = s.vipAt(sb, val>>16); vip == nil {
+			ok = false // not a value this SNAT wrote
+		}
 	}
-	if ok && s.outSeen(sb, d, p, k, &q, val, cur, age, c) {
+	if ok && s.outSeen(sb, d, p, k, &q, vip, val, cur, age, c) {
 		// Its port went to another connection to the same remote
 		// endpoint (its returning entry was evicted meanwhile): the
 		// connection starts over on a new port.
@@ -125,7 +128,11 @@ func (s *SNAT) outbound(sb *snatBatch, d *outDIP, p *engine.Packet, create bool,
 			return r, true
 		}
 	}
-	vip, vport := &sb.st.vipByID[val>>16], uint16(val)
+	if vip = s.vipAt(sb, val>>16); vip == nil {
+		c[cSNAT+sRefused]++ // not a value this SNAT wrote
+		return DropSNATTable, true
+	}
+	vport := uint16(val)
 	if !rewrite(p, header.SideSrc, vip, vport) {
 		return engine.DropUnsupported, true
 	}
@@ -149,12 +156,12 @@ func (s *SNAT) outbound(sb *snatBatch, d *outDIP, p *engine.Packet, create bool,
 // keeps it as fresh as the outgoing one — and puts it back if it went
 // missing. lost reports that another connection holds the port towards
 // this remote endpoint now.
-func (s *SNAT) outSeen(sb *snatBatch, d *outDIP, p *engine.Packet, k *flow.Key, q *flow.ConnQuery, val uint32, cur flow.StateClass, age flow.Tick, c *counts) (lost bool) {
+func (s *SNAT) outSeen(sb *snatBatch, d *outDIP, p *engine.Packet, k *flow.Key, q *flow.ConnQuery, vip *[16]byte, val uint32, cur flow.StateClass, age flow.Tick, c *counts) (lost bool) {
 	next := cur
 	if cur != flow.ClassUntrusted {
 		next = cur.Advance(p.StateClass()) // only the remote's packets prove a connection
 	}
-	rk := snatReturnKey(k, &sb.st.vipByID[val>>16], uint16(val))
+	rk := snatReturnKey(k, vip, uint16(val))
 	if next != cur {
 		if !s.out.SetClassPrepared(q, next, sb.now) {
 			next = cur
