@@ -122,8 +122,10 @@
 // like any reply. Rule: a TCP SYN-ACK without NAT state answers a SYN that
 // did not come through the VIP — through the VIP, Inbound would have
 // recorded it — so Return remembers the connection as direct (its entry
-// holds flow.ReservedID, in the established class, closing on FIN or RST)
-// and passes it and every later packet of it untranslated to
+// holds flow.ReservedID, in the established class, closing on FIN or RST;
+// like any promotion within the table's cap on proven entries, and
+// untrusted, evictable, while the cap is reached, so that a VM's SYN-ACKs
+// never take the room new connections need) and passes it and every later packet of it untranslated to
 // Config.Direct — the slow path, whose kernel routes them — counted in
 // Stats.Direct and Stats.DirectFlows; without Config.HasDirect they are
 // dropped as nat_direct. A client packet of the same 5-tuple arriving

@@ -127,3 +127,32 @@ func TestFloods(t *testing.T) {
 		})
 	}
 }
+
+// TestDirectFloodKeepsRoom: a VM answering with SYN-ACKs from its service
+// port to many addresses (a tenant filling the table, or the answers to a
+// spoofed SYN flood whose entries were evicted) makes direct connections,
+// whose entries are promoted like any other, within the table's cap on
+// proven entries: connections through the VIP opened afterwards all find
+// room, and every SYN-ACK still leaves untranslated on the Direct port.
+func TestDirectFloodKeepsRoom(t *testing.T) {
+	const capacity, directPort = 1024, 9
+	e := newEnvTable(t, nat.TableConfig{Capacity: capacity}, testRules(), testLocals(),
+		func(c *nat.Config) { c.Direct, c.HasDirect = directPort, true })
+	n := 4 * e.table.Conns().Cap()
+	for i := range n {
+		dst := ap(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), uint16(1024+i))
+		res := e.reply(pkt{src: ap(dipA, 8080), dst: dst, syn: true, ack: true})
+		require.Empty(t, res.reason)
+		require.EqualValues(t, directPort, res.p.OutPort)
+	}
+	require.EqualValues(t, n, e.tr.Stats().Direct)
+	require.LessOrEqual(t, e.table.Conns().Stats().Proven, capacity, "direct entries past the cap on proven entries")
+
+	for i := range 200 {
+		c := ap(netip.AddrFrom4([4]byte{198, 19, 50, byte(i)}), uint16(30000+i))
+		require.Empty(t, e.inbound(pkt{src: c, dst: ap(vipA, 80), syn: true}.to(macA)).reason)
+		_, ok := e.state(flow.ProtoTCP, vni, ap(dipA, 8080), c)
+		require.True(t, ok, "connection %d through the VIP has no entry", i)
+	}
+	require.Zero(t, e.tr.Stats().TableRefused)
+}

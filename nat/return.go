@@ -170,11 +170,16 @@ func (t *Translator) replyPlain(v *view, sb *snatBatch, p *engine.Packet, q *flo
 		}
 		if isSynAck(p) {
 			// The SYN this answers reached the VM without passing
-			// Inbound: a direct connection, never translated.
-			if res := t.table.conns.InsertPrepared(q, flow.ReservedID, flow.ClassEstablished, now); res.Stored() {
+			// Inbound: a direct connection, never translated. Its entry
+			// is stored untrusted and promoted (passDirect), which the
+			// table's cap on proven entries may refuse: a VM's SYN-ACKs
+			// must not fill the table with entries no new connection
+			// may take.
+			cur := flow.ClassUntrusted
+			if res := t.table.conns.InsertPrepared(q, flow.ReservedID, cur, now); res.Stored() {
 				c[cDirectFlows]++
 			}
-			return t.passDirect(p, q, flow.ClassEstablished, now, c)
+			return t.passDirect(p, q, cur, now, c)
 		}
 		if d != nil && !d.local.contains(k.Family, &k.Dst) {
 			// A known outbound connection before the stateless match,
@@ -264,10 +269,16 @@ func isSynAck(p *engine.Packet) bool {
 
 // passDirect sends a packet of the direct connection q (marked in the
 // table with flow.ReservedID) on untranslated, to Config.Direct, and
-// moves the connection to the closing class on a FIN or RST.
+// moves the connection to the closing class on a FIN or RST, or, while it
+// is untrusted, to the established class: within the table's cap on proven
+// entries (flow.ConnTableConfig.ProvenShare), so that the VM's packets
+// never take the room new connections need.
 func (t *Translator) passDirect(p *engine.Packet, q *flow.ConnQuery, cur flow.StateClass, now flow.Tick, c *counts) (engine.DropReason, bool) {
-	if cur != flow.ClassClosing && p.StateClass() == flow.ClassClosing {
+	switch seen := p.StateClass(); {
+	case cur != flow.ClassClosing && seen == flow.ClassClosing:
 		t.table.conns.SetClassPrepared(q, flow.ClassClosing, now)
+	case cur == flow.ClassUntrusted:
+		t.table.conns.SetClassPrepared(q, flow.ClassEstablished, now)
 	}
 	if !t.hasDir {
 		return DropDirect, false
