@@ -190,11 +190,11 @@ func (t *Translator) replyPlain(v *view, sb *snatBatch, p *engine.Packet, q *flo
 		}
 		e, n := v.statelessLookup(k)
 		if n != 1 || e.mode == vportUnknown {
-			if n > 1 {
-				c[cAmbiguous]++
-			}
 			if d != nil {
 				return t.snatOut(sb, d, p, c)
+			}
+			if n > 1 {
+				c[cAmbiguous]++ // a part of the nat_no_state drops
 			}
 			return DropNoState, false
 		}

@@ -473,6 +473,40 @@ func TestSNATConfigErrors(t *testing.T) {
 	require.Equal(t, flow.DefaultTimeouts().Established, s.MaxTimeout())
 }
 
+// TestSNATAmbiguousNotDropped: Stats.Ambiguous counts the replies dropped
+// as nat_no_state because their source is the endpoint of several rules.
+// An outbound DIP's packet from such an endpoint is not dropped but the
+// SNAT's (a connection of its own): it is not counted there, so that
+// Ambiguous stays a part of the nat_no_state drops.
+func TestSNATAmbiguousNotDropped(t *testing.T) {
+	rules := append(testRules(),
+		// Two VIPs served by the same DIP endpoint: ambiguous.
+		flow.Rule{Name: "amb1", VIP: flow.VIP{Addr: netip.MustParseAddr("198.18.100.20"), Proto: flow.ProtoTCP, Port: 80, VNI: vni},
+			Backends: []flow.Backend{{Name: "a", Addr: dipA, Port: 7000, MAC: macA, Weight: 1}}},
+		flow.Rule{Name: "amb2", VIP: flow.VIP{Addr: netip.MustParseAddr("198.18.100.21"), Proto: flow.ProtoTCP, Port: 80, VNI: vni},
+			Backends: []flow.Backend{
+				{Name: "a", Addr: dipA, Port: 7000, MAC: macA, Weight: 1},
+				{Name: "b", Addr: dipB, Port: 7000, MAC: macB, Weight: 1},
+			}},
+		flow.Rule{Name: "amb3", VIP: flow.VIP{Addr: netip.MustParseAddr("198.18.100.22"), Proto: flow.ProtoTCP, Port: 80, VNI: vni},
+			Backends: []flow.Backend{{Name: "b", Addr: dipB, Port: 7000, MAC: macB, Weight: 1}}},
+	)
+	s, err := nat.NewSNAT(nat.SNATConfig{Capacity: 4096, Seed: 1})
+	require.NoError(t, err)
+	require.NoError(t, s.SetOutbound(defaultSections())) // dipA is outbound, dipB is not
+	s.SetAllocations([]flow.PortAllocation{alloc(vipO, 2048, 2111, dipA, vni)})
+	e := newEnv(t, rules, testLocals(), func(c *nat.Config) { c.SNAT, c.Direct, c.HasDirect = s, directPort, true })
+
+	res := e.reply(tcp(ap(dipA, 7000), ap(remote, 443)))
+	require.Empty(t, res.reason, "the SNAT's")
+	require.Equal(t, vipO, res.p.Key.SrcAddr())
+	require.Zero(t, e.tr.Stats().Ambiguous, "translated, not dropped")
+
+	require.Equal(t, "nat_no_state", e.reply(tcp(ap(dipB, 7000), ap(remote, 443))).reason)
+	require.EqualValues(t, 1, e.tr.Stats().Ambiguous)
+	require.EqualValues(t, e.drops("nat_no_state"), e.tr.Stats().Ambiguous)
+}
+
 // runStage puts frame through stage alone, as env.run does, reporting to
 // t (fuzz targets must not report to the env's F). nil when the frame
 // does not parse.
