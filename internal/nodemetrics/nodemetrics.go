@@ -94,10 +94,18 @@ func Steer(ch chan<- prometheus.Metric, ifname string, prog *steer.Program) {
 	if err != nil {
 		return
 	}
+	steerStats(ch, ifname, ss)
+}
+
+// steerStats sends ss, one outcome per way the program ends for a packet
+// (the Matched counts say which rule steered it, not an outcome).
+func steerStats(ch chan<- prometheus.Metric, ifname string, ss steer.Stats) {
 	Counter(ch, descSteer, ss.Redirected, ifname, "redirected")
 	Counter(ch, descSteer, ss.NoSocket, ifname, "no_socket")
+	Counter(ch, descSteer, ss.NoSocketDropped, ifname, "no_socket_dropped")
 	Counter(ch, descSteer, ss.NoMatch, ifname, "passed")
 	Counter(ch, descSteer, ss.Infra, ifname, "infra")
+	Counter(ch, descSteer, ss.ND, ifname, "nd")
 	Counter(ch, descSteer, ss.NotIP, ifname, "not_ip")
 	Counter(ch, descSteer, ss.Malformed, ifname, "malformed")
 }
