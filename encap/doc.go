@@ -44,8 +44,9 @@
 //
 // A packet whose encapsulation exceeds the uplink MTU is never fragmented.
 // If an ICMP error may be sent about it — an IPv4 packet with DF set, an
-// IPv6 packet, neither of them an ICMP error, a non-first fragment or from
-// a source that is not unicast — and the stage's rate limit (a lock-free
+// IPv6 packet, neither of them an ICMP error, a non-first fragment, sent
+// to a link-layer broadcast or multicast address or from a source that is
+// not unicast — and the stage's rate limit (a lock-free
 // token bucket shared by its workers, EncapConfig.ICMPRate per second)
 // allows, the packet itself becomes the error: an ICMPv4 "fragmentation
 // needed" (type 3 code 4) or ICMPv6 "packet too big" (type 2) from the VIP

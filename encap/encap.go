@@ -151,8 +151,9 @@ type EncapStats struct {
 	// refused one.
 	ICMPRateLimited uint64
 	// NoReply: dropped without a reply because none may be sent: an IPv4
-	// packet without DF, an ICMP error, a non-first fragment, a source
-	// that is not unicast, too little headroom, or ICMPRate < 0.
+	// packet without DF, an ICMP error, a non-first fragment, a frame
+	// sent to a link-layer group address, a source that is not unicast,
+	// too little headroom, or ICMPRate < 0.
 	NoReply uint64
 }
 

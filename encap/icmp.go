@@ -50,12 +50,18 @@ func (e *Encap) tooBig(b *engine.Batch, p *engine.Packet, hdr, l3, l3len int) en
 
 // mayReply applies the rules for sending an ICMP error about a packet
 // (RFC 1122 3.2.2, RFC 1812 4.3.2.7, RFC 4443 2.4(e)): never about an ICMP
-// error, a non-first fragment or a packet whose source is not a unicast
-// address; and for IPv4 only when DF is set — without DF the sender lets
+// error, a non-first fragment, a frame sent to a link-layer group address
+// or a packet whose source is not a unicast address; and for IPv4 only when DF is set — without DF the sender lets
 // the network fragment, which a VXLAN tunnel endpoint must not do
 // (RFC 7348 section 4.3), so the packet is dropped without a reply.
 func mayReply(p *engine.Packet, l3 int, v4 bool) bool {
 	data := p.Data()
+	if header.Ethernet(data).Dst().IsMulticast() {
+		// Sent as a link-layer broadcast or multicast (RFC 1122 3.2.2);
+		// the error would also leave with that group address as its
+		// Ethernet source, which no receiver accepts.
+		return false
+	}
 	icmp := p.Flags&engine.FlagL4 != 0
 	if v4 {
 		ip := header.IPv4(data[l3:])

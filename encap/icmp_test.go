@@ -15,6 +15,7 @@ import (
 	"github.com/xdplb/xdplb/encap"
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/header"
 	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
@@ -194,6 +195,29 @@ func TestICMPNoReply(t *testing.T) {
 				assert.Equal(t, encap.EncapStats{ICMPSent: 1}, e.Stats())
 				return
 			}
+			assert.Equal(t, "mtu_exceeded", reason(ps[0]))
+			assert.Equal(t, encap.EncapStats{NoReply: 1}, e.Stats())
+		})
+	}
+
+	// RFC 1122 3.2.2: no ICMP error about a datagram sent as a link-layer
+	// broadcast (or multicast); the reply would also leave with that group
+	// address as its Ethernet source. IPv6 likewise: the Packet Too Big
+	// would carry a group source MAC, which no receiver accepts.
+	for _, g := range []struct {
+		name string
+		p    pkt
+		mac  header.MAC
+	}{
+		{"IPv4 link-layer broadcast", big(v4pkt()), header.MAC{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}},
+		{"IPv4 link-layer multicast", big(v4pkt()), header.MAC{0x01, 0x00, 0x5e, 0, 0, 1}},
+		{"IPv6 link-layer multicast", big(v6pkt()), header.MAC{0x33, 0x33, 0, 0, 0, 1}},
+	} {
+		t.Run(g.name, func(t *testing.T) {
+			e := newEncap(t, encap.EncapConfig{MTU: 1400})
+			ps := r.load(0, withDst(g.p.build(), g.mac, nil))
+			balanced(ps, ruleFor(g.p.dst, host4), 0)
+			r.run(e)
 			assert.Equal(t, "mtu_exceeded", reason(ps[0]))
 			assert.Equal(t, encap.EncapStats{NoReply: 1}, e.Stats())
 		})
