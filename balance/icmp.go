@@ -17,8 +17,9 @@ var (
 	DropICMPRate = engine.RegisterDropReason("icmp_rate_limited")
 	// DropICMPEchoInvalid counts echo requests to a VIP the Mux does not
 	// answer: a wrong IPv4 header or ICMP checksum (a host silently
-	// discards those, RFC 1122 3.2.1.2 and RFC 4443 2.4), or a fragment
-	// (the reply would need the whole datagram).
+	// discards those, RFC 1122 3.2.1.2 and RFC 4443 2.4), a fragment
+	// (the reply would need the whole datagram), or one sent to a
+	// link-layer broadcast or multicast address (RFC 1122 3.3.6).
 	DropICMPEchoInvalid = engine.RegisterDropReason("icmp_echo_invalid")
 )
 
@@ -190,10 +191,17 @@ func (s *ICMP) allow() bool {
 }
 
 // echoValid reports whether the echo request p, whose ICMP message is m,
-// may be answered: not a fragment, and its checksums right (the reply's
+// may be answered: not a fragment, not sent to a link-layer group
+// address, and its checksums right (the reply's
 // are updated incrementally, so a wrong one would be answered wrong).
 func echoValid(p *engine.Packet, m []byte, v4 bool) bool {
 	if p.Flags&engine.FlagFragment != 0 {
+		return false
+	}
+	if header.Ethernet(p.Data()).Dst().IsMulticast() {
+		// A unicast datagram received as a link-layer broadcast or
+		// multicast is discarded (RFC 1122 3.3.6); the reply would
+		// leave with that group address as its Ethernet source.
 		return false
 	}
 	if v4 {

@@ -168,6 +168,19 @@ func TestICMPEchoRefused(t *testing.T) {
 				gopacket.Payload(make([]byte, 64)))
 			return f
 		}, true},
+		// RFC 1122 3.3.6: a unicast datagram received as a link-layer
+		// broadcast is discarded; the reply would leave with the group
+		// address as its Ethernet source.
+		{"v4 sent as a link-layer broadcast", func() []byte {
+			f := echoRequest(t, client4, vip4)
+			copy(f[0:6], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+			return f
+		}, true},
+		{"v6 sent as a link-layer multicast", func() []byte {
+			f := echoRequest(t, client6, vip6)
+			copy(f[0:6], []byte{0x33, 0x33, 0, 0, 0, 1})
+			return f
+		}, true},
 		{"IPv4 protocol 58 (ICMPv6) with an ICMPv4 echo request", func() []byte {
 			f := echoRequest(t, client4, vip4)
 			f[14+9] = 58
