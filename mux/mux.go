@@ -181,7 +181,12 @@ type Mux struct {
 	mu sync.Mutex
 	// conns is the connection table, built by connTable once the hash
 	// seed is known (nil before).
-	conns     *flow.ConnTable
+	conns *flow.ConnTable
+	// icmp and enc are the ICMP and encapsulation stages, built by
+	// icmpStages and shared by every worker's pipeline, so that their
+	// ICMP rate limits are the Mux's (nil before).
+	icmp      *balance.ICMP
+	enc       *encap.Encap
 	resolver  *nexthop.Resolver // set by Run
 	announcer *bgp.Announcer
 	dp        *datapath.DataPath // the data path, set by Run once open
@@ -295,6 +300,28 @@ func (m *Mux) connTable(seed uint64) (*flow.ConnTable, error) {
 		m.conns = ct
 	}
 	return m.conns, nil
+}
+
+// icmpStages returns the ICMP and encapsulation stages, built on the
+// first call and shared by every worker's pipeline after it: their rate
+// limits (echo replies, fragmentation needed / packet too big) are the
+// Mux's, as their configurations say, not each worker's.
+func (m *Mux) icmpStages() (*balance.ICMP, *encap.Encap, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.icmp == nil {
+		icmp, err := balance.NewICMP(balance.ICMPConfig{Rules: m.rules})
+		if err != nil {
+			return nil, nil, err
+		}
+		enc, err := encap.NewEncap(encap.EncapConfig{SourceV4: m.cfg.SourceV4, SourceV6: m.cfg.SourceV6, MTU: m.cfg.MTU,
+			DecrementTTL: true})
+		if err != nil {
+			return nil, nil, err
+		}
+		m.icmp, m.enc = icmp, enc
+	}
+	return m.icmp, m.enc, nil
 }
 
 // newConnTable builds a connection table of cfg placing keys by the
@@ -722,17 +749,12 @@ func (m *Mux) pipeline(seed uint64, uplink int, resolver nexthop.Source, workers
 	if err != nil {
 		return nil, err
 	}
-	icmp, err := balance.NewICMP(balance.ICMPConfig{Rules: m.rules})
+	icmp, enc, err := m.icmpStages()
 	if err != nil {
 		return nil, err
 	}
 	bal, err := balance.New(balance.Config{Rules: m.rules, Conns: conns, Hasher: flow.NewHasher(seed),
 		VIPShare: m.cfg.VIPShare, Workers: workers})
-	if err != nil {
-		return nil, err
-	}
-	enc, err := encap.NewEncap(encap.EncapConfig{SourceV4: m.cfg.SourceV4, SourceV6: m.cfg.SourceV6, MTU: m.cfg.MTU,
-		DecrementTTL: true})
 	if err != nil {
 		return nil, err
 	}
