@@ -149,6 +149,11 @@ func checkMuxICMP(t *testing.T, fr []byte, in *muxInjected) string {
 		!bytes.Equal(fr[12:l3], in.frame[12:l3]) {
 		fail("the Ethernet header is not the injected one turned around")
 	}
+	// Never about a frame sent to a link-layer group address (RFC 1122
+	// 3.2.2, 3.3.6): turned around, it would leave with a group source.
+	if fr[6]&1 != 0 {
+		fail("an ICMP reply to a frame sent to a link-layer group address")
+	}
 	// The IP packet, bounded by its length field, then its ICMP message.
 	var (
 		ipLen     int
