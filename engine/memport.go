@@ -81,8 +81,9 @@ func (m *MemPort) Inject(frames ...[]byte) {
 }
 
 // Replay makes Receive return frames endlessly in order, each copied into
-// a fresh buffer as a NIC would write it. It replaces any queued frames. It
-// is meant for benchmarks: call it before the worker starts.
+// a fresh buffer as a NIC would write it; a frame longer than a buffer is
+// skipped and counted (RXTooBig). It replaces any queued frames. It is
+// meant for benchmarks: call it before the worker starts.
 func (m *MemPort) Replay(frames [][]byte) {
 	m.mu.Lock()
 	m.replay = frames
@@ -120,12 +121,23 @@ func (m *MemPort) Receive(b *Batch, pool []Packet, inPort uint16) int {
 
 func (m *MemPort) receiveReplay(b *Batch, pool []Packet, inPort uint16) int {
 	n := 0
-	for b.Cap() > 0 && len(m.free) > 0 && n < len(pool) {
+	// skipped counts frames in a row too long for a buffer: a whole turn
+	// of them means the replay has nothing to receive.
+	for skipped := 0; b.Cap() > 0 && len(m.free) > 0 && n < len(pool) && skipped < len(m.replay); {
 		f := m.replay[m.replayPos]
 		m.replayPos++
 		if m.replayPos == len(m.replay) {
 			m.replayPos = 0
 		}
+		if len(f) > m.cfg.FrameSize-m.cfg.Headroom {
+			// Dropped and counted, as Receive does.
+			m.mu.Lock()
+			m.rxTooBig++
+			m.mu.Unlock()
+			skipped++
+			continue
+		}
+		skipped = 0
 		m.deliver(b, &pool[n], f, inPort)
 		n++
 	}

@@ -313,6 +313,30 @@ func TestMemPortTooBig(t *testing.T) {
 	require.Len(t, m.Transmitted(), 2)
 }
 
+// TestMemPortReplayTooBig: a replayed frame longer than a buffer is
+// skipped and counted as Receive counts an injected one, instead of being
+// delivered as a packet whose Data runs past its buffer (a panic); a
+// replay of nothing but such frames receives nothing.
+func TestMemPortReplayTooBig(t *testing.T) {
+	m, err := engine.NewMemPort(engine.MemPortConfig{FrameSize: 2048, Headroom: 256})
+	require.NoError(t, err)
+	w, err := engine.NewWorker(engine.WorkerConfig{Ports: []engine.Port{m},
+		Inputs: []engine.Input{{Port: 0, Pipeline: engine.NewPipeline(engine.StageFunc(func(b *engine.Batch) {
+			for _, p := range b.Packets() {
+				_ = p.Data()
+			}
+		}))}}})
+	require.NoError(t, err)
+	fits, tooBig := make([]byte, 2048-256), make([]byte, 2048-256+1)
+	m.Replay([][]byte{fits, tooBig})
+	require.Equal(t, engine.MaxBatch, w.Poll())
+	require.NotZero(t, m.Stats().RXTooBig)
+	require.Equal(t, 4*engine.MaxBatch, m.FreeFrames(), "no frame leaked")
+
+	m.Replay([][]byte{tooBig})
+	require.Zero(t, w.Poll())
+}
+
 // failingPort is a MemPort whose Check fails once fail is set.
 type failingPort struct {
 	*engine.MemPort
