@@ -10,7 +10,11 @@
 //     snapshot's (flow.Snapshot.HasVIPAddr), loaded once per batch, so a
 //     reload that adds or removes a VIP changes the filter in the same
 //     pointer store that changes the rules. The node and infrastructure
-//     prefixes are an immutable set swapped whole (SetPrefixes).
+//     prefixes are an immutable set swapped whole (SetPrefixes). A
+//     packet from an acceptable client but sent to a link-layer broadcast
+//     or multicast address is dropped too (link_group): a router must not
+//     forward it (RFC 1812 5.3.4), and every node on the segment would
+//     forward a copy.
 //   - TTL decrements the IPv4 TTL (updating the header checksum
 //     incrementally, RFC 1624) or the IPv6 hop limit of every packet the
 //     node routes, and drops with ttl_exceeded the ones whose TTL or hop

@@ -23,6 +23,11 @@ var (
 	// 127.0.0.0/8, multicast, the limited broadcast; ::, ::1, ff00::/8,
 	// IPv4-mapped.
 	DropSrcMartian = engine.RegisterDropReason("src_martian")
+	// DropLinkGroup: the frame was sent to a link-layer broadcast or
+	// multicast address. A router must not forward it (RFC 1812 5.3.4;
+	// Linux's ip_forward drops what is not PACKET_HOST): every node on
+	// the segment receives it, and each would forward its own copy.
+	DropLinkGroup = engine.RegisterDropReason("link_group")
 	// DropTTLExceeded: a packet the node routes arrived with TTL or hop
 	// limit 1 or 0.
 	DropTTLExceeded = engine.RegisterDropReason("ttl_exceeded")
@@ -283,6 +288,10 @@ func (s *Sources) check(snap *flow.Snapshot, set *Prefixes, p *engine.Packet) en
 		return DropSrcNode
 	case infra && !isICMPError(p):
 		return DropSrcInfra
+	}
+	if data := p.Data(); len(data) >= header.EthernetSize && data[0]&1 != 0 {
+		// The Ethernet destination is a group address (the I/G bit).
+		return DropLinkGroup
 	}
 	return 0
 }

@@ -154,6 +154,42 @@ func TestSourcesDecisions(t *testing.T) {
 	}
 }
 
+// TestSourcesLinkGroup: a packet to a unicast address received as a
+// link-layer broadcast or multicast is dropped (link_group), as a router
+// must (RFC 1812 5.3.4; Linux's ip_forward drops what is not
+// PACKET_HOST): every node on the segment receives such a frame, so each
+// would forward its own copy. A spoofed source keeps its own reason.
+func TestSourcesLinkGroup(t *testing.T) {
+	src, err := guard.NewSources(guard.SourcesConfig{Rules: newRules(t), Node: []netip.Addr{node4, node6}, Infra: infra})
+	require.NoError(t, err)
+	dst, err := guard.NewSources(guard.SourcesConfig{Rules: newRules(t), Destination: true})
+	require.NoError(t, err)
+	bcast := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	mcast4 := []byte{0x01, 0x00, 0x5e, 0x00, 0x00, 0x01}
+	mcast6 := []byte{0x33, 0x33, 0x00, 0x00, 0x00, 0x01}
+	to := func(fr, mac []byte) []byte { fr = bytes.Clone(fr); copy(fr, mac); return fr }
+	for _, tc := range []struct {
+		name string
+		st   *guard.Sources
+		fr   []byte
+		want string
+	}{
+		{"client4 broadcast", src, to(frame(t, cl4, vip4, 64, false, 0), bcast), "link_group"},
+		{"client4 multicast MAC", src, to(frame(t, cl4, vip4, 64, false, 0), mcast4), "link_group"},
+		{"client6 multicast MAC", src, to(frame(t, cl6, vip6, 64, false, 0), mcast6), "link_group"},
+		{"infra ICMP error broadcast", src, to(frame(t, netip.MustParseAddr("198.18.1.1"), vip4, 64, true, layers.ICMPv4TypeDestinationUnreachable), bcast), "link_group"},
+		{"reply broadcast", dst, to(frame(t, netip.MustParseAddr("198.18.31.1"), cl4, 64, false, 0), bcast), "link_group"},
+		{"martian broadcast keeps its reason", src, to(frame(t, netip.MustParseAddr("127.0.0.1"), vip4, 64, false, 0), bcast), "src_martian"},
+		{"vip broadcast keeps its reason", src, to(frame(t, vip4, vip4, 64, false, 0), bcast), "src_vip"},
+		{"client4 unicast", src, frame(t, cl4, vip4, 64, false, 0), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, _ := run(t, tc.st, tc.fr)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
 // TestSourcesReload: the VIP set is the rules' snapshot, so a new version
 // changes the filter at once; SetPrefixes swaps the prefixes.
 func TestSourcesReload(t *testing.T) {

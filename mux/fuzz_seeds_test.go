@@ -145,16 +145,19 @@ func muxFuzzSeeds(tb testing.TB) []muxFuzzSeed {
 		muxFuzzSeed{name: "toobig6", frame: seedFrame(tb, ip6(seedClient6, web6.Addr(), layers.IPProtocolTCP),
 			tcp(40002, 80), payload(big-60)), want: []string{"packet-too-big"}})
 	// The same, and a ping, sent to a link-layer broadcast or multicast
-	// address: no ICMP about them (RFC 1122 3.2.2, 3.3.6).
+	// address: not forwarded (RFC 1812 5.3.4), and no ICMP about them
+	// (RFC 1122 3.2.2, 3.3.6).
 	group := func(fr []byte, mac ...byte) []byte { copy(fr, mac); return fr }
 	seeds = append(seeds,
 		muxFuzzSeed{name: "toobig4-df-broadcast", frame: group(seedFrame(tb, ip4(seedClient4, web4.Addr(), layers.IPProtocolTCP),
-			tcp(40002, 80), payload(big-40)), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff), want: []string{"drop:mtu_exceeded"}},
+			tcp(40002, 80), payload(big-40)), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff), want: []string{"drop:link_group"}},
 		muxFuzzSeed{name: "toobig6-multicast", frame: group(seedFrame(tb, ip6(seedClient6, web6.Addr(), layers.IPProtocolTCP),
-			tcp(40002, 80), payload(big-60)), 0x33, 0x33, 0, 0, 0, 1), want: []string{"drop:mtu_exceeded"}},
+			tcp(40002, 80), payload(big-60)), 0x33, 0x33, 0, 0, 0, 1), want: []string{"drop:link_group"}},
 		muxFuzzSeed{name: "echo4-web4-broadcast", frame: group(seedFrame(tb, ip4(seedClient4, web4.Addr(), layers.IPProtocolICMPv4),
 			&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoRequest, 0), Id: 0x1234, Seq: 1},
-			payload(32)), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff), want: []string{"drop:icmp_echo_invalid"}})
+			payload(32)), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff), want: []string{"drop:link_group"}},
+		muxFuzzSeed{name: "flow4-broadcast", frame: group(seedFrame(tb, ip4(seedClient4, web4.Addr(), layers.IPProtocolTCP),
+			tcp(40004, 80), payload(32)), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff), want: []string{"drop:link_group"}})
 	// The largest packet that fits is encapsulated.
 	seeds = append(seeds, muxFuzzSeed{name: "fits4", frame: seedFrame(tb, ip4(seedClient4, web4.Addr(), layers.IPProtocolTCP),
 		tcp(40003, 80), payload(big-41)), want: []string{"vxlan"}})
