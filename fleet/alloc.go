@@ -327,6 +327,9 @@ func (a *PortAllocator) step(ctx context.Context, lease clientv3.LeaseID) error 
 		for range need {
 			ok, err := a.claim(ctx, lease, d)
 			if err != nil {
+				// The claim may have taken effect all the same: the next
+				// step reads what etcd holds under this lease again.
+				a.adopted[k] = false
 				return err
 			}
 			if !ok {
@@ -477,6 +480,15 @@ func (a *PortAllocator) adopt(ctx context.Context, lease clientv3.LeaseID, d Out
 	}
 	found := map[uint16]bool{}
 	raced := false
+	hold := func(first uint16, c recordKV, rev int64) {
+		found[first] = true
+		h := a.held[rangeID{d.VIP, first}]
+		if h == nil {
+			h = &held{id: rangeID{d.VIP, first}, lastUsed: a.cfg.Now()}
+			a.held[h.id] = h
+		}
+		h.last, h.dip, h.owner, h.lease, h.mod = c.Last, k, d.Owner, lease, rev
+	}
 	take := func(first uint16, c recordKV, cond ...clientv3.Cmp) error {
 		rev, ok, err := a.put(ctx, lease, d, first, c.Last, cond...)
 		switch {
@@ -487,14 +499,8 @@ func (a *PortAllocator) adopt(ctx context.Context, lease clientv3.LeaseID, d Out
 			raced = true
 			return nil
 		}
-		found[first] = true
 		a.reclaims.Add(1)
-		h := a.held[rangeID{d.VIP, first}]
-		if h == nil {
-			h = &held{id: rangeID{d.VIP, first}, lastUsed: a.cfg.Now()}
-			a.held[h.id] = h
-		}
-		h.last, h.dip, h.owner, h.lease, h.mod = c.Last, k, d.Owner, lease, rev
+		hold(first, c, rev)
 		return nil
 	}
 	for first, c := range st.claims {
@@ -502,7 +508,9 @@ func (a *PortAllocator) adopt(ctx context.Context, lease clientv3.LeaseID, d Out
 			continue
 		}
 		if clientv3.LeaseID(c.lease) == lease {
-			found[first] = true
+			// Already under this lease: held, or claimed (or taken back)
+			// by a write whose answer was lost.
+			hold(first, c, c.mod)
 			continue
 		}
 		if err := take(first, c, clientv3.Compare(clientv3.ModRevision(a.k.portClaim(d.VIP, first)), "=", c.mod)); err != nil {

@@ -1,0 +1,136 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/xdplb/xdplb/internal/lab/etcdlab"
+)
+
+// lossyKV is etcd's KV whose conditional transactions that lose picks
+// report an error once committed, up to limit of them, the first of them
+// only once one succeeded: their responses were lost (a timeout, a
+// connection reset, a leader change after the commit), so the caller
+// cannot tell whether they took effect.
+type lossyKV struct {
+	clientv3.KV
+	lose  func(ops []clientv3.Op) bool
+	limit int
+
+	mu   sync.Mutex
+	lost int
+}
+
+func (l *lossyKV) setLimit(n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.limit = n
+}
+
+func (l *lossyKV) Txn(ctx context.Context) clientv3.Txn {
+	return &lossyTxn{Txn: l.KV.Txn(ctx), kv: l}
+}
+
+func (l *lossyKV) losses() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost
+}
+
+type lossyTxn struct {
+	clientv3.Txn
+	kv   *lossyKV
+	cond bool
+	ops  []clientv3.Op
+}
+
+func (t *lossyTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.cond = t.cond || len(cs) > 0
+	t.Txn = t.Txn.If(cs...)
+	return t
+}
+
+func (t *lossyTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	t.ops = append(t.ops, ops...)
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *lossyTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn = t.Txn.Else(ops...)
+	return t
+}
+
+func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := t.Txn.Commit()
+	if err != nil || !t.cond {
+		return resp, err
+	}
+	t.kv.mu.Lock()
+	defer t.kv.mu.Unlock()
+	if t.kv.lost < t.kv.limit && (t.kv.lost > 0 || resp.Succeeded) && t.kv.lose(t.ops) {
+		t.kv.lost++
+		return nil, errors.New("etcd: the response was lost (test)")
+	}
+	return resp, err
+}
+
+// runLossyHost is runHost with a client whose KV is lossy.
+func runLossyHost(t *testing.T, e *etcd, name string, cfg PortAllocatorConfig, lossy *lossyKV, dips ...OutboundDIP) *host {
+	c, err := etcdlab.Client(e.cluster.Endpoints())
+	require.NoError(t, err)
+	lossy.KV = c.KV
+	h := &host{nat: newFakeNAT(), client: c, done: make(chan struct{})}
+	cfg.Client = &clientv3.Client{KV: lossy, Lease: c.Lease, Watcher: c.Watcher}
+	cfg.Host, cfg.Usage, cfg.OnChange = name, h.nat.usage, h.nat.onChange
+	if cfg.Interval == 0 {
+		cfg.Interval = 20 * time.Millisecond
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = 5 * time.Second
+	}
+	h.a, err = NewPortAllocator(cfg)
+	require.NoError(t, err)
+	h.a.SetDIPs(dips)
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() { h.a.Run(ctx); close(h.done) }()
+	t.Cleanup(func() { h.stop(); c.Close() })
+	return h
+}
+
+// firstOp picks the transactions whose first operation is a put (del:
+// a delete) of a key under prefix.
+func firstOp(prefix string, del bool) func([]clientv3.Op) bool {
+	return func(ops []clientv3.Op) bool {
+		return len(ops) > 0 && ops[0].IsDelete() == del && ops[0].IsPut() == !del &&
+			strings.HasPrefix(string(ops[0].KeyBytes()), prefix)
+	}
+}
+
+// TestAllocatorResponseLost: a claim whose transaction took effect but
+// whose response was lost leaves the host's ranges as etcd has them.
+// Before, it stayed in etcd under the host's live lease but was never
+// the host's (the allocator claimed another one, and the first was kept
+// alive, unused, for as long as the Host Agent ran).
+func TestAllocatorResponseLost(t *testing.T) {
+	k := newKeys("")
+	t.Run("claim", func(t *testing.T) {
+		e := startEtcd(t)
+		lossy := &lossyKV{lose: firstOp(k.portClaims(), false), limit: 1}
+		h := runLossyHost(t, e, "host-1", PortAllocatorConfig{}, lossy, outDIP(1, 1, 16))
+		eventually(t, "a claim's response lost", func() bool { return lossy.losses() == 1 })
+		eventually(t, "one range", func() bool { return len(h.nat.held()) == 1 })
+		h.nat.settle(t, 5)
+		assert.Equal(t, firsts(h.nat.held()), keysOf(claimsIn(t, e, k.portClaims())),
+			"the host's claims in etcd are the ranges it holds")
+	})
+}
