@@ -125,8 +125,13 @@ type PortAllocator struct {
 	out  []flow.PortAllocation // what OnChange was last given
 
 	// Run's own.
-	held      map[rangeID]*held
-	adopted   map[dipKey]bool // DIPs whose ranges this lease has taken back
+	held    map[rangeID]*held
+	adopted map[dipKey]bool // DIPs whose ranges this lease has taken back
+	// returning are ranges withdrawn from the Host Agent whose return
+	// failed without an answer (it may have taken effect, and the range
+	// be another host's already): neither held nor reported, their
+	// return is tried again until etcd says what became of it.
+	returning map[rangeID]*held
 	exhausted map[dipKey]bool
 	useBuf    []flow.PortRangeUse
 
@@ -167,7 +172,7 @@ func NewPortAllocator(cfg PortAllocatorConfig) (*PortAllocator, error) {
 	}
 	return &PortAllocator{cfg: cfg, k: newKeys(cfg.Prefix), poke: make(chan struct{}, 1),
 		want: map[dipKey]OutboundDIP{}, held: map[rangeID]*held{}, adopted: map[dipKey]bool{},
-		exhausted: map[dipKey]bool{}}, nil
+		returning: map[rangeID]*held{}, exhausted: map[dipKey]bool{}}, nil
 }
 
 // Guard is how long a range whose holder's lease is gone stays
@@ -504,7 +509,7 @@ func (a *PortAllocator) adopt(ctx context.Context, lease clientv3.LeaseID, d Out
 		return nil
 	}
 	for first, c := range st.claims {
-		if !a.mine(c.PortClaim, k) {
+		if _, r := a.returning[rangeID{d.VIP, first}]; r || !a.mine(c.PortClaim, k) {
 			continue
 		}
 		if clientv3.LeaseID(c.lease) == lease {
@@ -518,7 +523,8 @@ func (a *PortAllocator) adopt(ctx context.Context, lease clientv3.LeaseID, d Out
 		}
 	}
 	for first, g := range st.guards {
-		if _, claimed := st.claims[first]; claimed || !a.mine(g.PortClaim, k) {
+		_, r := a.returning[rangeID{d.VIP, first}]
+		if _, claimed := st.claims[first]; claimed || r || !a.mine(g.PortClaim, k) {
 			continue
 		}
 		// Its guard unchanged (cooling or not) and no claim in its ports:
@@ -660,8 +666,22 @@ func (a *PortAllocator) cool(ctx context.Context, vip netip.Addr, st vipState, f
 // giveBack returns idle ranges: first the Host Agent stops using them
 // (OnChange without them), then, if usage still shows no connection on
 // them, their claims and guards are deleted; a range a connection took
-// meanwhile is kept.
+// meanwhile is kept. A return that failed without an answer (it may have
+// taken effect) leaves its range withdrawn (returning) and is tried again
+// by the next steps.
 func (a *PortAllocator) giveBack(ctx context.Context, lease clientv3.LeaseID, idle []*held) error {
+	var err error
+	for id, h := range a.returning {
+		if h.lease != lease {
+			// Its claim went with the lease it was under; its guard, if
+			// the return did not take effect, cools as any other.
+			delete(a.returning, id)
+			continue
+		}
+		if err = a.drop(ctx, h); err != nil {
+			return err
+		}
+	}
 	if len(idle) == 0 {
 		return nil
 	}
@@ -670,25 +690,35 @@ func (a *PortAllocator) giveBack(ctx context.Context, lease clientv3.LeaseID, id
 	}
 	a.report()
 	use := a.usage()
-	var err error
 	for _, h := range idle {
 		if use[h.id].Conns > 0 || err != nil || h.lease != lease {
 			h.lastUsed = a.cfg.Now()
 			a.held[h.id] = h
 			continue
 		}
-		ck := a.k.portClaim(h.id.vip, h.id.first)
-		var resp *clientv3.TxnResponse
-		resp, err = a.cfg.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(ck), "=", h.mod)).
-			Then(clientv3.OpDelete(ck), clientv3.OpDelete(a.k.portGuard(h.id.vip, h.id.first))).Commit()
-		switch {
-		case err != nil:
-			a.held[h.id] = h // not returned: still ours
-		case !resp.Succeeded:
-			a.conflicts.Add(1)
-		default:
-			a.returns.Add(1)
-		}
+		err = a.drop(ctx, h)
 	}
 	return err
+}
+
+// drop deletes the claim and guard of h, withdrawn from the Host Agent,
+// on condition that the claim is as h last saw it. When etcd gives no
+// answer, h is returning: the Host Agent must not have it back, since
+// the delete may have taken effect and the range be claimed by another
+// host already.
+func (a *PortAllocator) drop(ctx context.Context, h *held) error {
+	delete(a.returning, h.id)
+	ck := a.k.portClaim(h.id.vip, h.id.first)
+	resp, err := a.cfg.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(ck), "=", h.mod)).
+		Then(clientv3.OpDelete(ck), clientv3.OpDelete(a.k.portGuard(h.id.vip, h.id.first))).Commit()
+	switch {
+	case err != nil:
+		a.returning[h.id] = h
+		return err
+	case !resp.Succeeded:
+		a.conflicts.Add(1)
+	default:
+		a.returns.Add(1)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/internal/lab/etcdlab"
 )
 
@@ -116,11 +118,14 @@ func firstOp(prefix string, del bool) func([]clientv3.Op) bool {
 	}
 }
 
-// TestAllocatorResponseLost: a claim whose transaction took effect but
-// whose response was lost leaves the host's ranges as etcd has them.
-// Before, it stayed in etcd under the host's live lease but was never
-// the host's (the allocator claimed another one, and the first was kept
-// alive, unused, for as long as the Host Agent ran).
+// TestAllocatorResponseLost: a claim or a return whose transaction took
+// effect but whose response was lost leaves the host's ranges as etcd
+// has them. Before, a claim whose response was lost stayed in etcd under
+// the host's live lease but was never the host's (the allocator claimed
+// another one, and the first was kept alive, unused, for as long as the
+// Host Agent ran); and a range whose return's response was lost was
+// given back to the Host Agent while etcd held it free, so another host
+// claimed it and both translated with its ports.
 func TestAllocatorResponseLost(t *testing.T) {
 	k := newKeys("")
 	t.Run("claim", func(t *testing.T) {
@@ -133,4 +138,52 @@ func TestAllocatorResponseLost(t *testing.T) {
 		assert.Equal(t, firsts(h.nat.held()), keysOf(claimsIn(t, e, k.portClaims())),
 			"the host's claims in etcd are the ranges it holds")
 	})
+	t.Run("return", func(t *testing.T) {
+		e := startEtcd(t)
+		clk := &fakeClock{t: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+		// Every return's response is lost, the first return's having
+		// taken effect: host-1 is cut off from etcd just then.
+		lossy := &lossyKV{lose: firstOp(k.portClaims(), true), limit: 1 << 30}
+		// A pool of two units: one kept busy, the other returned.
+		h1 := runLossyHost(t, e, "host-1", PortAllocatorConfig{Idle: time.Minute, Now: clk.now}, lossy, outDIP(1, 1, 2))
+		eventually(t, "one range", func() bool { return len(h1.nat.held()) == 1 })
+		busy := h1.nat.held()[0].First
+		h1.nat.set(busy, 64, 64)
+		eventually(t, "two ranges", func() bool { return len(h1.nat.held()) == 2 })
+		idle := slices.DeleteFunc(firsts(h1.nat.held()), func(f uint16) bool { return f == busy })[0]
+		h1.nat.set(busy, 1, 1)
+		clk.add(time.Minute)
+		eventually(t, "a return's response lost", func() bool { return lossy.losses() >= 1 })
+		// A connection takes a port of the returned range if the Host
+		// Agent has it.
+		for range 10 {
+			h1.nat.settle(t, 1)
+			if h1.nat.connectIfHeld(idle) {
+				break
+			}
+		}
+		lossy.setLimit(0) // etcd answers again
+		h1.nat.settle(t, 3)
+
+		h2 := runHost(t, e, "host-2", PortAllocatorConfig{}, outDIP(2, 2, 2))
+		eventually(t, "host-2 claims the returned range", func() bool { return len(h2.nat.held()) == 1 })
+		h1.nat.settle(t, 3)
+		for _, a := range h1.nat.held() {
+			assert.False(t, slices.ContainsFunc(h2.nat.held(), func(b flow.PortAllocation) bool { return a.First == b.First }),
+				"range %d held by both hosts", a.First)
+		}
+		assert.Equal(t, []uint16{busy}, firsts(h1.nat.held()))
+	})
+}
+
+// connectIfHeld gives the range of first port first a connection if the
+// Host Agent translates with it now, and reports whether it did.
+func (n *fakeNAT) connectIfHeld(first uint16) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !slices.Contains(firsts(n.allocs), first) {
+		return false
+	}
+	n.use[first] = [2]int{1, 1}
+	return true
 }

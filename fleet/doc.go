@@ -105,8 +105,10 @@
 // be under the mark again. A range without a connection for Idle is
 // returned: withdrawn from the Host Agent first, then, if the usage read
 // after that still shows no connection on it, its claim and guard are
-// deleted (compared on the claim's revision) and it is free at once. A
-// range with a connection is never returned.
+// deleted (compared on the claim's revision) and it is free at once; a
+// return etcd gave no answer to may have taken effect, so its range stays
+// withdrawn and the delete is tried again. A range with a connection is
+// never returned.
 //
 // The guard is what keeps a dead Host Agent's ports from another DIP
 // while its connections' packets may still come back. When its lease
