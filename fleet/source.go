@@ -224,14 +224,12 @@ func (s *Source) watch(ctx context.Context, rev int64, apply func(*control.Docum
 	} else {
 		wch = s.c.Watch(wctx, s.k.document(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	}
-	var rereadAt func(int64) int64
 	var retry <-chan time.Time
 	if s.t.Status().Reason == control.ReasonApply {
 		retry = time.After(s.retry) // a refused apply is tried again
 	}
-	reread := func() int64 { return rereadAt(0) }
-	rereadAt = func(min int64) int64 {
-		r, _, err := s.readAt(ctx, apply, min)
+	reread := func() int64 {
+		r, _, err := s.read(ctx, apply)
 		if err != nil {
 			s.log.Warn("fleet: etcd read failed; keeping the running version", "err", err)
 			s.pause(ctx)
@@ -264,7 +262,15 @@ func (s *Source) watch(ctx context.Context, rev int64, apply func(*control.Docum
 			}
 			if s.host != "" {
 				if len(resp.Events) > 0 {
-					if r := rereadAt(resp.Header.Revision); r > rev {
+					r, _, err := s.readAt(ctx, apply, resp.Header.Revision)
+					if err != nil {
+						// The next watch starts before this commit and
+						// reads again on its event.
+						s.log.Warn("fleet: etcd read failed; keeping the running version", "err", err)
+						s.pause(ctx)
+						return rev
+					}
+					if r > rev {
 						rev = r
 					}
 				}
