@@ -32,8 +32,9 @@ const ctlplaneMD5 = "xdplb test md5"
 //  2. BGP listens only on the configured address (ss), not on 0.0.0.0 or
 //     [::].
 //  3. Once forwarding, the process and every one of its threads hold
-//     exactly CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF, permitted, effective
-//     and bounding (/proc/PID/status, /proc/PID/task/*/status).
+//     exactly CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF and CAP_NET_BIND_SERVICE,
+//     permitted, effective and bounding (/proc/PID/status,
+//     /proc/PID/task/*/status).
 //  4. Deleting the data interface under the running Mux withdraws the
 //     VIP (seen in the router's kernel table through BIRD) and the Mux
 //     exits non-zero, saying why. The BGP session runs over another
@@ -96,7 +97,7 @@ func TestMuxControlPlane(t *testing.T) {
 		fleetlabtest.WaitFor(t, "capabilities dropped", 10*time.Second, func() bool {
 			return strings.Contains(p.Output(), "capabilities dropped")
 		})
-		want := uint64(1)<<unix.CAP_NET_ADMIN | 1<<unix.CAP_NET_RAW | 1<<unix.CAP_BPF
+		want := uint64(1)<<unix.CAP_NET_ADMIN | 1<<unix.CAP_NET_RAW | 1<<unix.CAP_BPF | 1<<unix.CAP_NET_BIND_SERVICE
 		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.PID()))
 		require.NoError(t, err)
 		caps, err := node.ParseCaps(status)

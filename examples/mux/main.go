@@ -13,8 +13,10 @@
 //
 // Start it as root (or with CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF,
 // CAP_IPC_LOCK and CAP_NET_BIND_SERVICE); once the sockets are open and
-// the steering program attached it keeps only CAP_NET_ADMIN, CAP_NET_RAW
-// and CAP_BPF, on every thread (-keep-caps keeps them all). Build it
+// the steering program attached it keeps only CAP_NET_ADMIN, CAP_NET_RAW,
+// CAP_BPF and CAP_NET_BIND_SERVICE (a later document may be the first
+// with a bgp section, whose speaker listens on port 179), on every
+// thread (-keep-caps keeps them all). Build it
 // with CGO_ENABLED=0: a cgo binary cannot drop them and says so.
 //
 // If a data-path socket or its interface fails (the interface is
@@ -58,7 +60,7 @@ func main() {
 		queues    = flag.Int("queues", 0, "RX queues to serve (0: all)")
 		metrics   = flag.String("metrics", "", "address for the Prometheus /metrics endpoint, e.g. :9100 (empty: none)")
 		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
-		keepCaps  = flag.Bool("keep-caps", false, "keep every capability instead of dropping all but CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF once the data path runs")
+		keepCaps  = flag.Bool("keep-caps", false, "keep every capability instead of dropping all but CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF and CAP_NET_BIND_SERVICE once the data path runs")
 		xdpMode   steer.AttachMode
 		ring      afxdp.Ring
 		conns     = flag.Int("conns", 1<<20, "connection table capacity (flows)")

@@ -23,13 +23,18 @@ const (
 	CapBPF      = unix.CAP_BPF       // BPF map updates (steering rules, XSKMAP), program loads on rebuild
 	CapIPCLock  = unix.CAP_IPC_LOCK  // AF_XDP UMEM registration without RLIMIT_MEMLOCK accounting
 	CapPerfmon  = unix.CAP_PERFMON   // the verifier allows the steering program's pointer arithmetic
+	// CapNetBindService lets a Mux's BGP speaker listen on port 179
+	// (bgp.listen_port's default, below 1024).
+	CapNetBindService = unix.CAP_NET_BIND_SERVICE
 )
 
 // MuxCaps is what a Mux keeps once its data path runs: it opens no
-// socket and loads no program afterwards, but updates the steering
-// program's maps on every reload, resolves next hops over netlink and
-// detaches the program when it stops.
-var MuxCaps = []uintptr{CapNetAdmin, CapNetRaw, CapBPF}
+// data-path socket and loads no program afterwards, but updates the
+// steering program's maps on every reload, resolves next hops over
+// netlink, detaches the program when it stops, and starts its BGP speaker
+// (listening on port 179) when a later document is the first with a bgp
+// section.
+var MuxCaps = []uintptr{CapNetAdmin, CapNetRaw, CapBPF, CapNetBindService}
 
 // HostAgentCaps is what a Host Agent keeps: a document that changes its
 // data path's structure makes it load programs (the verifier refuses the
@@ -158,7 +163,8 @@ func lastCap() (uintptr, error) {
 // CapNames names capabilities as capabilities(7) does, lower case and
 // comma-separated ("cap_net_admin,cap_bpf").
 func CapNames(caps []uintptr) string {
-	names := map[uintptr]string{CapNetAdmin: "cap_net_admin", CapNetRaw: "cap_net_raw", CapBPF: "cap_bpf", CapIPCLock: "cap_ipc_lock", CapPerfmon: "cap_perfmon"}
+	names := map[uintptr]string{CapNetAdmin: "cap_net_admin", CapNetRaw: "cap_net_raw", CapBPF: "cap_bpf", CapIPCLock: "cap_ipc_lock", CapPerfmon: "cap_perfmon",
+		CapNetBindService: "cap_net_bind_service"}
 	var out []string
 	for _, c := range caps {
 		if n, ok := names[c]; ok {

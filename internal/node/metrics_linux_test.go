@@ -77,7 +77,7 @@ func TestParseCaps(t *testing.T) {
 	caps, err := ParseCaps([]byte("Name:\tmux\nCapInh:\t0000000000000000\nCapPrm:\t0000008000003000\nCapEff:\t0000008000003000\nCapBnd:\t0000008000003000\nCapAmb:\t0000000000000000\n"))
 	require.NoError(t, err)
 	require.Equal(t, uint64(1)<<CapNetAdmin|1<<CapNetRaw|1<<CapBPF, caps["CapEff"])
-	require.Equal(t, "cap_net_admin,cap_net_raw,cap_bpf", CapNames(MuxCaps))
+	require.Equal(t, "cap_net_admin,cap_net_raw,cap_bpf,cap_net_bind_service", CapNames(MuxCaps))
 	_, err = ParseCaps([]byte("Name:\tx\n"))
 	require.Error(t, err)
 }
