@@ -130,10 +130,16 @@ func (a *Announcer) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	srv := server.NewBgpServer(server.LoggerOption(newSlogLogger(a.log.With(slog.String("component", "gobgp")))))
-	// Serve never returns: GoBGP v3 has no way to end it, so one idle
-	// goroutine stays behind after Shutdown.
-	go srv.Serve()
+	srv := a.srv
+	if srv == nil {
+		srv = server.NewBgpServer(server.LoggerOption(newSlogLogger(a.log.With(slog.String("component", "gobgp")))))
+		// Serve never returns: GoBGP v3 has no way to end it, so one idle
+		// goroutine stays behind after Shutdown. A Start tried again
+		// after a failure (StopBgp undid what it began) uses the same
+		// server.
+		go srv.Serve()
+		a.srv = srv
+	}
 
 	port := a.cfg.ListenPort
 	if port == 0 {
@@ -158,7 +164,7 @@ func (a *Announcer) Start(ctx context.Context) error {
 			return fmt.Errorf("bgp: add peer %s: %w", addr, err)
 		}
 	}
-	a.srv, a.phase = srv, phaseRunning
+	a.phase = phaseRunning
 	a.log.Info("bgp: started", "asn", a.cfg.ASN, "router_id", a.cfg.RouterID,
 		"listen_port", a.cfg.ListenPort, "peers", len(a.peers))
 	return a.reconcileLocked()
