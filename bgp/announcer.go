@@ -130,6 +130,9 @@ func (a *Announcer) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := checkListen(ctx, a.cfg); err != nil {
+		return err
+	}
 	srv := a.srv
 	if srv == nil {
 		srv = server.NewBgpServer(server.LoggerOption(newSlogLogger(a.log.With(slog.String("component", "gobgp")))))
@@ -168,6 +171,38 @@ func (a *Announcer) Start(ctx context.Context) error {
 	a.log.Info("bgp: started", "asn", a.cfg.ASN, "router_id", a.cfg.RouterID,
 		"listen_port", a.cfg.ListenPort, "peers", len(a.peers))
 	return a.reconcileLocked()
+}
+
+// checkListen opens and closes the listeners Start is about to have
+// GoBGP open (every address, 0.0.0.0 and ::, when c names none), so that
+// one that cannot be opened (its port taken, its address not there, no
+// privilege for a port below 1024) fails Start before a GoBGP server
+// exists: GoBGP cannot end a server's event loop, and a caller that makes
+// a new Announcer for each try would leave one behind each time.
+func checkListen(ctx context.Context, c Config) error {
+	if c.ListenPort == 0 {
+		return nil
+	}
+	addrs := c.ListenAddresses
+	if len(addrs) == 0 {
+		addrs = []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()}
+	}
+	for _, addr := range addrs {
+		network := "tcp4"
+		if addr.Is6() {
+			network = "tcp6"
+		}
+		var lc net.ListenConfig
+		lc.SetMultipathTCP(false)
+		l, err := lc.Listen(ctx, network, netip.AddrPortFrom(addr, uint16(c.ListenPort)).String())
+		if err != nil {
+			return fmt.Errorf("bgp: start: %w", err)
+		}
+		if err := l.Close(); err != nil {
+			return fmt.Errorf("bgp: start: %w", err)
+		}
+	}
+	return nil
 }
 
 // Reconfigure applies a new Config to a running (or not yet started)
