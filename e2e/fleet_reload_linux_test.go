@@ -153,11 +153,17 @@ func attachForeignXDP(t *testing.T, n *netlab.NS, ifname string) (detach func())
 
 // tcpRetrans are the TCP retransmissions of a set of namespaces: the
 // segments they retransmitted (Tcp.RetransSegs), and how many of those
-// their peers reported as received twice (TcpExt.TCPDSACKRecvSegs, a
-// duplicate SACK, RFC 2883): a retransmission of a segment that had
-// arrived, sent because its ACK came late — a tail loss probe after 200
-// ms without an answer, or a timeout.
-type tcpRetrans struct{ segs, dup uint64 }
+// arrived twice — a retransmission of a segment that had arrived, sent
+// because its ACK came late (a tail loss probe, a timeout). A receiver
+// answers such a duplicate with a duplicate SACK (RFC 2883): the
+// receivers count the DSACKs they sent (TcpExt.TCPDSACKOldSent and
+// TCPDSACKOfoSent), the senders the duplicates DSACKs reported to them
+// (TcpExt.TCPDSACKRecvSegs). The namespaces hold both ends of every
+// connection, so either sum counts the duplicates, and dup is the larger:
+// a sender does not count every DSACK that reaches it (CI saw a tail loss
+// probe the client answered with a DSACK that its sender never counted).
+// A segment that never arrived draws no DSACK from either end.
+type tcpRetrans struct{ segs, dupRecv, dupSent uint64 }
 
 // readRetrans sums the retransmission counters of the namespaces ns.
 func readRetrans(t *testing.T, ns ...*netlab.NS) tcpRetrans {
@@ -167,24 +173,28 @@ func readRetrans(t *testing.T, ns ...*netlab.NS) tcpRetrans {
 		m, err := fleetlab.SNMP(n)
 		require.NoError(t, err)
 		r.segs += m["Tcp.RetransSegs"]
-		r.dup += m["TcpExt.TCPDSACKRecvSegs"]
+		r.dupRecv += m["TcpExt.TCPDSACKRecvSegs"]
+		r.dupSent += m["TcpExt.TCPDSACKOldSent"] + m["TcpExt.TCPDSACKOfoSent"]
 	}
 	return r
 }
 
 // since returns the retransmissions counted after before.
 func (r tcpRetrans) since(before tcpRetrans) tcpRetrans {
-	return tcpRetrans{segs: r.segs - before.segs, dup: r.dup - before.dup}
+	return tcpRetrans{segs: r.segs - before.segs, dupRecv: r.dupRecv - before.dupRecv, dupSent: r.dupSent - before.dupSent}
 }
 
 // lost returns the retransmissions of segments that had not arrived:
 // those no peer reported as duplicates.
 func (r tcpRetrans) lost() uint64 {
-	if r.dup >= r.segs {
-		return 0
+	if d := r.dup(); d < r.segs {
+		return r.segs - d
 	}
-	return r.segs - r.dup
+	return 0
 }
+
+// dup returns how many retransmissions arrived twice (see tcpRetrans).
+func (r tcpRetrans) dup() uint64 { return max(r.dupRecv, r.dupSent) }
 
 // requireUndisturbed fails the test when the step (what), run under the
 // exchanges ex, lost packets of the connections: retrans, counted on both
@@ -205,7 +215,7 @@ func requireUndisturbed(t *testing.T, retrans tcpRetrans, ex *exchanges, what st
 	ex.slowMu.Unlock()
 	t.Logf("%s: the client and the VMs retransmitted %d TCP segments, %d of them received twice (late, not lost); "+
 		"the slowest exchange took %v (%s), %v before the step",
-		what, retrans.segs, retrans.dup, slow.Round(time.Millisecond), of, quiet.Round(time.Millisecond))
+		what, retrans.segs, retrans.dup(), slow.Round(time.Millisecond), of, quiet.Round(time.Millisecond))
 	require.Zero(t, retrans.lost(), "%s: %d TCP segments retransmitted that their receiver had not had (%d of %d retransmissions were duplicates): packets were lost",
-		what, retrans.lost(), retrans.dup, retrans.segs)
+		what, retrans.lost(), retrans.dup(), retrans.segs)
 }

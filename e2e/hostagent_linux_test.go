@@ -257,6 +257,7 @@ func TestHostAgentEndToEnd(t *testing.T) {
 		ex.waitRounds(t, 2)
 		ends := append([]*netlab.NS{l.client}, l.vms...) // both ends of the connections
 		retrans0 := readRetrans(t, ends...)
+		h0, m0 := hostMetrics(), muxMetrics()
 		ex.resetSlow()
 
 		// Version 2 takes vm-b out of the pools and off the host: a VM
@@ -297,6 +298,13 @@ func TestHostAgentEndToEnd(t *testing.T) {
 		require.Len(t, seen, 2)
 		ex.waitRounds(t, 3)
 		ex.finish(t)
+		// Where a lost segment went, if one was: the drops the two nodes
+		// counted during the step.
+		h1, m1 := hostMetrics(), muxMetrics()
+		t.Logf("drops during the step: host agent %v, mux %v, host steering %v",
+			delta(nonZero(h1, "xdplb_drops_total"), nonZero(h0, "xdplb_drops_total")),
+			delta(nonZero(m1, "xdplb_drops_total"), nonZero(m0, "xdplb_drops_total")),
+			delta(nonZero(h1, "xdplb_steer_packets_total"), nonZero(h0, "xdplb_steer_packets_total")))
 		requireUndisturbed(t, readRetrans(t, ends...).since(retrans0), ex,
 			"to vm-a while the agent rebuilt its data path twice (vm_b's port removed, then added back)")
 	})
@@ -351,6 +359,17 @@ func nonZero(m map[string]float64, prefix string) map[string]float64 {
 	for k, v := range m {
 		if strings.HasPrefix(k, prefix) && v != 0 {
 			out[strings.TrimPrefix(k, prefix)] = v
+		}
+	}
+	return out
+}
+
+// delta returns a - b, key by key, leaving out what did not change.
+func delta(a, b map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range a {
+		if d := v - b[k]; d != 0 {
+			out[k] = d
 		}
 	}
 	return out
