@@ -549,9 +549,10 @@ func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q 
 
 	if p.Flags&engine.FlagICMPError != 0 {
 		// An ICMP error goes where its flow goes; it neither creates nor
-		// advances an entry.
+		// advances an entry, nor keeps one alive: anyone who knows a
+		// flow's addresses and ports can send errors that quote it.
 		idx := -1
-		if e, _, ok := ct.LookupPrepared(q, now); ok {
+		if e, _, ok := ct.PeekPrepared(q, now); ok {
 			if i, found := snap.Place(r, e); found && r.Backends[i].State != flow.BackendDown {
 				idx = i
 			}

@@ -270,6 +270,50 @@ func TestICMPErrorFollowsFlow(t *testing.T) {
 	require.Equal(t, 50, h.conns.Len())
 }
 
+// TestICMPErrorKeepsNoFlowAlive: an ICMP error about a flow goes where
+// the flow goes but does not refresh its entry, so a third party who
+// knows a flow's addresses and ports cannot keep its entry alive by
+// sending errors that quote it: the flow expires on its own timeout.
+func TestICMPErrorKeepsNoFlowAlive(t *testing.T) {
+	h := newHarness(t, true, flow.Rule{Name: "web", VIP: flow.VIP{Addr: vip4, Proto: flow.ProtoTCP, Port: 80}, Backends: backends(8, 1)})
+	ih := newICMPHarness(t, h, 100)
+	client := netip.MustParseAddr("198.18.0.7")
+	router := netip.MustParseAddr("198.18.0.254")
+	p := pkt{src: client, dst: vip4, sport: 40000, dport: 80, tcp: true, syn: true}
+	ih.run(p.build())
+	h.now += h.conns.ProveAfter()
+	p.syn, p.ack = false, true
+	ih.run(p.build()) // proven: the established class's timeout
+	key := flow.KeyFrom(0, flow.ProtoTCP, netip.AddrPortFrom(client, 40000), netip.AddrPortFrom(vip4, 80))
+	_, class, ok := h.conns.Lookup(&key, h.now)
+	require.True(t, ok)
+	require.Equal(t, flow.ClassEstablished, class)
+
+	qip := &layers.IPv4{Version: 4, TTL: 60, Protocol: layers.IPProtocolTCP, SrcIP: vip4.AsSlice(), DstIP: client.AsSlice()}
+	qtcp := &layers.TCP{SrcPort: 80, DstPort: 40000, ACK: true, Window: 100}
+	_ = qtcp.SetNetworkLayerForChecksum(qip)
+	quoted := gpkt.Serialize(t, qip, qtcp)
+	unreachable := gpkt.Serialize(t,
+		&layers.Ethernet{SrcMAC: clientMAC, DstMAC: muxMAC, EthernetType: layers.EthernetTypeIPv4},
+		&layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolICMPv4, SrcIP: router.AsSlice(), DstIP: vip4.AsSlice()},
+		&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeDestinationUnreachable, layers.ICMPv4CodeHost)},
+		gopacket.Payload(quoted[:28]))
+	timeout := flow.Ticks(h.conns.Config().Timeouts.Established)
+	step := timeout / 8
+	for elapsed := flow.Tick(0); elapsed <= timeout; elapsed += step {
+		h.now += step
+		ih.seen = nil
+		ih.run(unreachable)
+		require.Len(t, ih.seen, 1, "the error is forwarded")
+		var q flow.ConnQuery
+		h.conns.Prepare(&q, &key)
+		if _, _, ok := h.conns.PeekPrepared(&q, h.now); !ok { // a look that refreshes nothing
+			return // expired on its own timeout
+		}
+	}
+	t.Fatalf("errors quoting the flow kept its entry alive past its %v timeout", h.conns.Config().Timeouts.Established)
+}
+
 func TestEmitSkipsLaterStages(t *testing.T) {
 	port, err := engine.NewMemPort(engine.MemPortConfig{Capture: true})
 	require.NoError(t, err)
