@@ -188,7 +188,11 @@
 // are dropped (snat_exhausted), the table's refusals too
 // (snat_table_full); counters in SNATStats, flushed per batch with the
 // stages' own. Non-first fragments of outbound connections are not
-// translated (nat_fragment).
+// translated by the source NAT: without ports they cannot be told from a
+// DSR reply's fragments, so where the DIP is the local backend of rules
+// of a single VIP address in that VNI and protocol they leave with that
+// VIP's address, as a reply's would, and otherwise they are dropped
+// (nat_fragment).
 //
 // # Workers and hashing
 //

@@ -100,9 +100,13 @@ type SNATStats struct {
 //
 // IDs name the VIP and DIP addresses (with their VNI): they are handed
 // out the first time an address is configured and never reused, so an
-// entry stays right across configuration changes; a connection whose DIP
-// left the outbound sections, or whose range was withdrawn, keeps
-// working until it ends.
+// entry stays right across configuration changes; a connection whose
+// range was withdrawn keeps working until it ends. One whose DIP left the
+// outbound sections does not: its Host Agent stops steering the DIP's
+// outbound traffic (it leaves untranslated, as before it was steered), and
+// a packet of it that still reaches the translator is dropped
+// (nat_no_state); the remote's replies are still translated while the
+// entries last.
 //
 // # Ports
 //
