@@ -34,8 +34,9 @@ type NodeStatus struct {
 	// ("" when it does), Reason its class (control.Reasons).
 	LastError string `json:"last_error,omitempty"`
 	Reason    string `json:"reason,omitempty"`
-	// DataPath is the data path's state: "running", "starting",
-	// "stopping", "down: <why>".
+	// DataPath is the data path's state: "starting" (not forwarding
+	// yet), "running", "down" (it stopped forwarding; the node's log
+	// says why), "stopped" (the node is shutting down).
 	DataPath string `json:"data_path"`
 	// Updated is when the node wrote this.
 	Updated time.Time `json:"updated"`

@@ -187,6 +187,7 @@ func run(cfg hostagent.Config, fl *node.Fleet, agent *atomic.Pointer[hostagent.A
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if fl != nil {
+		fl.ReportForwarding(a.Forwarding) // the status says whether the data path forwards
 		rctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { fl.Run(rctx); close(done) }()

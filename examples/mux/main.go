@@ -178,6 +178,7 @@ func run(cfg mux.Config, fl *node.Fleet, metricsAddr string, log *slog.Logger) e
 		if err := fl.WatchPortAllocations(m.Controller()); err != nil {
 			return err
 		}
+		fl.ReportForwarding(m.Forwarding) // the status says whether the data path forwards
 		rctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { fl.Run(rctx); close(done) }()

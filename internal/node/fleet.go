@@ -34,8 +34,11 @@ type Fleet struct {
 	aw     *fleet.AllocationWatcher            // a Mux's, when WatchPortAllocations was called
 	prefix string
 
+	forwarding func() bool // ReportForwarding's; nil: "running" once a document is applied
+
 	mu    sync.Mutex
-	state string
+	state string // SetDataPath's
+	fwd   string // what forwarding said last: "starting", "running", "down"
 }
 
 // NewFleet connects to the etcd endpoints (comma-separated, e.g.
@@ -84,12 +87,57 @@ func NewFleet(endpoints, prefix, role, name string, log *slog.Logger) (*Fleet, e
 func (f *Fleet) status() fleet.NodeStatus {
 	f.mu.Lock()
 	state := f.state
+	if state == "" {
+		state = f.fwd
+	}
 	f.mu.Unlock()
 	return fleet.StatusOf(f.role, f.name, f.Source.Status(), state)
 }
 
+// ReportForwarding makes the data path state the node reports follow
+// forwarding (the node's Forwarding: whether its data path forwards):
+// "starting" until it first does, then "running" while it does and
+// "down" once it stopped (the node's log says why). Run asks it every
+// ForwardingCheck and writes the status when the answer changes. A state
+// set with SetDataPath wins. Call it before Run; without it the node
+// reports "running" once its first document is applied.
+func (f *Fleet) ReportForwarding(forwarding func() bool) {
+	f.forwarding = forwarding
+	f.state, f.fwd = "", "starting" // the state follows forwarding
+}
+
+// ForwardingCheck is how often Run asks ReportForwarding's function.
+const ForwardingCheck = time.Second
+
+// followForwarding keeps f.fwd what f.forwarding says until ctx is done,
+// writing the status on each change.
+func (f *Fleet) followForwarding(ctx context.Context) {
+	t := time.NewTicker(ForwardingCheck)
+	defer t.Stop()
+	for {
+		f.mu.Lock()
+		prev, next := f.fwd, f.fwd
+		switch {
+		case f.forwarding():
+			next = "running"
+		case prev == "running":
+			next = "down"
+		}
+		f.fwd = next
+		f.mu.Unlock()
+		if next != prev {
+			f.rep.Poke()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // SetDataPath sets the data path state the node reports ("running",
-// "stopping", "down: ...") and writes the status at once.
+// "stopping", "stopped", "down: ...") and writes the status at once.
 func (f *Fleet) SetDataPath(state string) {
 	f.mu.Lock()
 	f.state = state
@@ -198,7 +246,8 @@ func (f *Fleet) WatchPortAllocations(mux PortAllocationSink) error {
 }
 
 // Run reports the node's status until ctx is done (then removes it),
-// marking the data path running once the first document is applied, and
+// its data path's state as ReportForwarding says (or running once the
+// first document is applied), and
 // publishes or follows DIP health and claims or follows outbound port
 // ranges when asked to.
 func (f *Fleet) Run(ctx context.Context) error {
@@ -216,13 +265,17 @@ func (f *Fleet) Run(ctx context.Context) error {
 	if f.aw != nil {
 		wg.Go(func() { f.aw.Run(ctx) })
 	}
-	go func() {
-		select {
-		case <-f.Source.Ready():
-			f.SetDataPath("running")
-		case <-ctx.Done():
-		}
-	}()
+	if f.forwarding != nil {
+		go f.followForwarding(ctx)
+	} else {
+		go func() {
+			select {
+			case <-f.Source.Ready():
+				f.SetDataPath("running")
+			case <-ctx.Done():
+			}
+		}()
+	}
 	return f.rep.Run(ctx)
 }
 

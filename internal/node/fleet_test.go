@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,4 +128,58 @@ func TestFleetPortAllocation(t *testing.T) {
 	assert.Equal(t, uint64(1), cs.Claims)
 	_, ok = mx.AllocationCounters()
 	assert.False(t, ok)
+}
+
+// TestFleetReportsForwarding: with ReportForwarding the status in etcd
+// says what the data path does — starting, running, down once it stopped
+// forwarding — not only that a document was applied; SetDataPath's
+// "stopped" wins.
+func TestFleetReportsForwarding(t *testing.T) {
+	c := etcdlab.NewCluster(t.TempDir(), 1)
+	e, err := c.Start(0, 30*time.Second)
+	require.NoError(t, err)
+	t.Cleanup(e.Close)
+	cli, err := etcdlab.Client(c.Endpoints())
+	require.NoError(t, err)
+	t.Cleanup(func() { cli.Close() })
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	f, err := NewFleet(c.Endpoints()[0], "", fleet.RoleMux, "mux-1", log)
+	require.NoError(t, err)
+	var forwarding atomic.Bool
+	f.ReportForwarding(forwarding.Load)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { f.Source.Run(ctx, func(*control.Document) error { return nil }) })
+	wg.Go(func() { f.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait(); f.Close() })
+	doc, err := control.Parse([]byte(outboundDoc))
+	require.NoError(t, err)
+	_, err = fleet.Apply(context.Background(), cli, "", []byte(outboundDoc), doc, "test")
+	require.NoError(t, err)
+
+	reported := func() string {
+		st, err := fleet.ReadStatus(context.Background(), cli, "")
+		if err != nil || len(st.Nodes) != 1 || st.Nodes[0].Version != 1 {
+			return ""
+		}
+		return st.Nodes[0].DataPath
+	}
+	for _, step := range []struct {
+		forwarding bool
+		set, want  string
+	}{
+		{want: "starting"}, // the document is applied, the data path not open
+		{forwarding: true, want: "running"},
+		{want: "down"},
+		{forwarding: true, want: "running"},
+		{set: "stopped", want: "stopped"},
+	} {
+		forwarding.Store(step.forwarding)
+		if step.set != "" {
+			f.SetDataPath(step.set)
+		}
+		require.Eventually(t, func() bool { return reported() == step.want }, 30*time.Second, 20*time.Millisecond,
+			"want %q, reported %q", step.want, reported())
+	}
 }
