@@ -5,47 +5,17 @@ package hostagent
 import (
 	"fmt"
 	"log/slog"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/engine/nexthop"
 	"github.com/xdplb/xdplb/engine/steer"
 	"github.com/xdplb/xdplb/internal/lab/netlab"
 )
-
-// enterNetns moves the test goroutine, locked to its OS thread, into a new
-// unnamed network namespace until the test ends; closing the last handle
-// at cleanup destroys it with its links and their XDP programs, also when
-// the test fails.
-func enterNetns(t *testing.T) {
-	t.Helper()
-	netlab.RequireRoot(t)
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatalf("current netns: %v", err)
-	}
-	ns, err := netns.New()
-	if err != nil {
-		orig.Close()
-		runtime.UnlockOSThread()
-		t.Fatalf("new netns: %v", err)
-	}
-	t.Cleanup(func() {
-		ns.Close()
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		orig.Close()
-	})
-}
 
 // upVeth creates name <-> name+"p", one queue each, up.
 func upVeth(t *testing.T, name string) {
@@ -112,7 +82,7 @@ vips:
 // to the data path (they left untranslated), while the rules and NAT view
 // stayed the running version's.
 func TestLiveSteerFailureKeepsRunningRules(t *testing.T) {
-	enterNetns(t)
+	netlab.EnterNetns(t)
 	for _, n := range []string{"hrsup", "hrsa", "hrsb"} {
 		upVeth(t, n)
 	}

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -16,39 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
-	"github.com/vishvananda/netns"
 
 	"github.com/xdplb/xdplb/engine/steer"
 	"github.com/xdplb/xdplb/internal/lab/netlab"
 )
-
-// enterNetns moves the test goroutine, locked to its OS thread, into a new
-// unnamed network namespace until the test ends; closing the last handle
-// at cleanup destroys it with its links, also when the test fails. Tests
-// using it must not start subtests.
-func enterNetns(t *testing.T) {
-	t.Helper()
-	netlab.RequireRoot(t)
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatalf("current netns: %v", err)
-	}
-	ns, err := netns.New()
-	if err != nil {
-		orig.Close()
-		runtime.UnlockOSThread()
-		t.Fatalf("new netns: %v", err)
-	}
-	t.Cleanup(func() {
-		ns.Close()
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		orig.Close()
-	})
-}
 
 // TestRunWithoutDataPathWithdraws: a Mux whose data path cannot open (a
 // foreign XDP program on its uplink) returns the error from Run — and
@@ -57,7 +27,7 @@ func enterNetns(t *testing.T) {
 // out of Run. It used to stay up, announcing the VIP of a Mux that no
 // longer runs.
 func TestRunWithoutDataPathWithdraws(t *testing.T) {
-	enterNetns(t)
+	netlab.EnterNetns(t)
 	const up = "mxrun0"
 	v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: up, NumTxQueues: 1, NumRxQueues: 1},
 		PeerName: up + "p", PeerNumTxQueues: 1, PeerNumRxQueues: 1}

@@ -4,7 +4,6 @@ package datapath
 
 import (
 	"net/netip"
-	"runtime"
 	"sync"
 	"testing"
 
@@ -13,40 +12,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
-	"github.com/vishvananda/netns"
 
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/engine/steer"
 	"github.com/xdplb/xdplb/internal/lab/netlab"
 )
-
-// enterNetns moves the test goroutine, locked to its OS thread, into a new
-// unnamed network namespace until the test ends; closing the last handle
-// at cleanup destroys it with its links and their XDP programs, also when
-// the test fails. Tests using it must not start subtests.
-func enterNetns(t *testing.T) {
-	t.Helper()
-	netlab.RequireRoot(t)
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatalf("current netns: %v", err)
-	}
-	ns, err := netns.New()
-	if err != nil {
-		orig.Close()
-		runtime.UnlockOSThread()
-		t.Fatalf("new netns: %v", err)
-	}
-	t.Cleanup(func() {
-		ns.Close()
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		orig.Close()
-	})
-}
 
 // veth creates name <-> name+"p", up, with queues RX/TX queues per end,
 // and returns name's index.
@@ -123,7 +93,7 @@ func (r *recorder) pipeline(in Input) (*engine.Pipeline, error) {
 // three on the second), checks what Open made and how it numbered it, and
 // that Close leaves nothing attached.
 func TestOpenClose(t *testing.T) {
-	enterNetns(t)
+	netlab.EnterNetns(t)
 	up := veth(t, "dpup", 2)
 	vm := veth(t, "dpvm", 3)
 	var rec recorder
@@ -185,7 +155,7 @@ func TestOpenClose(t *testing.T) {
 // released — the first interface's program detached, its sockets closed
 // (a new Open binds the same queues) — and the foreign program stays.
 func TestOpenFailureReleasesEverything(t *testing.T) {
-	enterNetns(t)
+	netlab.EnterNetns(t)
 	veth(t, "dpa", 2)
 	veth(t, "dpb", 1)
 	foreign := foreignXDP(t, "dpb")
@@ -217,7 +187,7 @@ func TestOpenFailureReleasesEverything(t *testing.T) {
 // interfaces both serve (same program, same sockets, never detached) and,
 // after TakeOver, releases what only the old one served.
 func TestOpenBeside(t *testing.T) {
-	enterNetns(t)
+	netlab.EnterNetns(t)
 	veth(t, "dpup", 1)
 	veth(t, "dpvm1", 1)
 	veth(t, "dpvm2", 1)
@@ -275,7 +245,7 @@ func TestOpenBeside(t *testing.T) {
 // Each Spec.Pipeline call (step 4, after the new interface's sockets are
 // open) records the rules the running data path steers by then.
 func TestOpenBesideTouchesRunningLast(t *testing.T) {
-	enterNetns(t)
+	netlab.EnterNetns(t)
 	veth(t, "dplup", 1)
 	veth(t, "dplvm1", 1)
 	run, err := Open(Spec{Interfaces: []Interface{{Name: "dplup", Steer: rulesA}}, SlowPath: true, Pipeline: nopPipeline}, nil)

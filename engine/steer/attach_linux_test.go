@@ -3,9 +3,7 @@
 package steer
 
 import (
-	"errors"
 	"net"
-	"runtime"
 	"testing"
 
 	"github.com/asavie/xdp"
@@ -15,43 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
-)
 
-// enterNetns moves the test goroutine, locked to its OS thread, into a new
-// unnamed network namespace until the test ends. Cleanups run on the same
-// goroutine, so everything the test registers is undone inside the
-// namespace; closing the last handle destroys the namespace with its links
-// and their XDP programs, and nothing is ever named in /run/netns. Tests
-// using it must not start subtests (they would run on other threads).
-func enterNetns(t *testing.T) {
-	t.Helper()
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatalf("current netns: %v", err)
-	}
-	ns, err := netns.New()
-	if err != nil {
-		orig.Close()
-		runtime.UnlockOSThread()
-		if errors.Is(err, unix.EPERM) {
-			t.Skipf("creating a network namespace needs CAP_SYS_ADMIN: %v", err)
-		}
-		t.Fatalf("new netns: %v", err)
-	}
-	t.Cleanup(func() {
-		ns.Close()
-		// If switching back fails the thread stays locked and dies with
-		// the goroutine instead of serving others from the wrong netns.
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		orig.Close()
-	})
-}
+	"github.com/xdplb/xdplb/internal/lab/netlab"
+)
 
 // veth creates the pair steer0 <-> steer1 (both up) in the current netns
 // and deletes it at cleanup; it returns steer0 and steer1.
@@ -93,7 +58,7 @@ func progID(t *testing.T, p *ebpf.Program) uint32 {
 
 func TestAttachModes(t *testing.T) {
 	p := loadOrSkip(t, Options{})
-	enterNetns(t)
+	netlab.EnterNetns(t)
 	_, b := veth(t)
 	id := progID(t, p.objs.XdpSteer)
 	for _, c := range []struct {
@@ -129,7 +94,7 @@ func TestAttachModes(t *testing.T) {
 // a run that then died (its fds closed, the program still on the hook) is
 // replaced; after Close nothing is left.
 func TestAttachReplacesStale(t *testing.T) {
-	enterNetns(t)
+	netlab.EnterNetns(t)
 	_, b := veth(t)
 	ifindex := b.Attrs().Index
 	for _, flags := range []int{nl.XDP_FLAGS_SKB_MODE, nl.XDP_FLAGS_DRV_MODE} {
@@ -155,7 +120,7 @@ func TestAttachReplacesStale(t *testing.T) {
 }
 
 func TestAttachForeign(t *testing.T) {
-	enterNetns(t)
+	netlab.EnterNetns(t)
 	_, b := veth(t)
 	ifindex := b.Attrs().Index
 	loadOrSkip(t, Options{}) // skip early without privileges
@@ -181,7 +146,7 @@ func TestAttachForeign(t *testing.T) {
 
 // TestAttachInUse: a program held by a live bpf_link is never removed.
 func TestAttachInUse(t *testing.T) {
-	enterNetns(t)
+	netlab.EnterNetns(t)
 	_, b := veth(t)
 	ifindex := b.Attrs().Index
 	p1 := loadOrSkip(t, Options{})
@@ -204,7 +169,7 @@ func TestAttachInUse(t *testing.T) {
 func TestAttachLiveTraffic(t *testing.T) {
 	for _, mode := range []AttachMode{AttachDriver, AttachGeneric} {
 		t.Run(mode.String(), func(t *testing.T) {
-			enterNetns(t)
+			netlab.EnterNetns(t)
 			a, b := veth(t)
 			p := loadOrSkip(t, Options{})
 			require.NoError(t, p.SteerDst(vipPort4, ProtoTCP, 80))
