@@ -10,11 +10,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/xdplb/xdplb/flow"
-	"github.com/xdplb/xdplb/internal/lab/etcdlab"
 )
 
 // lossyKV is etcd's KV whose conditional transactions that lose picks
@@ -87,26 +85,10 @@ func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
 
 // runLossyHost is runHost with a client whose KV is lossy.
 func runLossyHost(t *testing.T, e *etcd, name string, cfg PortAllocatorConfig, lossy *lossyKV, dips ...OutboundDIP) *host {
-	c, err := etcdlab.Client(e.cluster.Endpoints())
-	require.NoError(t, err)
-	lossy.KV = c.KV
-	h := &host{nat: newFakeNAT(), client: c, done: make(chan struct{})}
-	cfg.Client = &clientv3.Client{KV: lossy, Lease: c.Lease, Watcher: c.Watcher}
-	cfg.Host, cfg.Usage, cfg.OnChange = name, h.nat.usage, h.nat.onChange
-	if cfg.Interval == 0 {
-		cfg.Interval = 20 * time.Millisecond
-	}
-	if cfg.TTL == 0 {
-		cfg.TTL = 5 * time.Second
-	}
-	h.a, err = NewPortAllocator(cfg)
-	require.NoError(t, err)
-	h.a.SetDIPs(dips)
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel = cancel
-	go func() { h.a.Run(ctx); close(h.done) }()
-	t.Cleanup(func() { h.stop(); c.Close() })
-	return h
+	return runHostVia(t, e, name, cfg, func(c *clientv3.Client) *clientv3.Client {
+		lossy.KV = c.KV
+		return &clientv3.Client{KV: lossy, Lease: c.Lease, Watcher: c.Watcher}
+	}, dips...)
 }
 
 // firstOp picks the transactions whose first operation is a put (del:

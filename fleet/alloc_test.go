@@ -138,10 +138,19 @@ func (h *host) stop() {
 // runHost starts a PortAllocator for host name with dips; cfg's Client,
 // Host, Usage and OnChange are filled in, and Interval if unset.
 func runHost(t *testing.T, e *etcd, name string, cfg PortAllocatorConfig, dips ...OutboundDIP) *host {
+	return runHostVia(t, e, name, cfg, nil, dips...)
+}
+
+// runHostVia is runHost whose allocator talks to etcd through via(c)
+// instead of the client c itself (nil: c).
+func runHostVia(t *testing.T, e *etcd, name string, cfg PortAllocatorConfig, via func(c *clientv3.Client) *clientv3.Client, dips ...OutboundDIP) *host {
 	c, err := etcdlab.Client(e.cluster.Endpoints())
 	require.NoError(t, err)
 	h := &host{nat: newFakeNAT(), client: c, done: make(chan struct{})}
 	cfg.Client, cfg.Host, cfg.Usage, cfg.OnChange = c, name, h.nat.usage, h.nat.onChange
+	if via != nil {
+		cfg.Client = via(c)
+	}
 	if cfg.Interval == 0 {
 		cfg.Interval = 20 * time.Millisecond
 	}
