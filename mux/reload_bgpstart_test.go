@@ -1,7 +1,6 @@
 package mux
 
 import (
-	"context"
 	"net"
 	"os"
 	"path/filepath"
@@ -10,8 +9,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/xdplb/xdplb/control"
 )
 
 // A document that brings the first bgp section, whose speaker then fails
@@ -47,15 +44,7 @@ func TestReloadWhoseBGPSpeakerFailsIsRefusedWhole(t *testing.T) {
 			write("version: 1\n")
 			m, err := New(Config{Interface: "unused", ConfigPath: path, Logger: quietLog})
 			require.NoError(t, err)
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- m.watcher.Run(ctx, func(d *control.Document) error { return m.apply(ctx, d) }) }()
-			defer func() {
-				cancel()
-				<-done
-				m.shutdownBGP()
-			}()
-			<-m.watcher.Ready()
+			defer watchFile(m)()
 
 			rejected := m.Status().Rejected
 			write("version: 2\n" + vip + tt.bgp)

@@ -1,7 +1,6 @@
 package mux
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -9,8 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/xdplb/xdplb/control"
 )
 
 // The Mux's data path hashes flows with the hash_seed of the document it
@@ -44,14 +41,7 @@ func TestReloadChangingHashSeedIsRefused(t *testing.T) {
 			write(1, tt.from)
 			m, err := New(Config{Interface: "unused", ConfigPath: path, Logger: quietLog})
 			require.NoError(t, err)
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- m.watcher.Run(ctx, func(d *control.Document) error { return m.apply(ctx, d) }) }()
-			defer func() {
-				cancel()
-				<-done
-			}()
-			<-m.watcher.Ready()
+			defer watchFile(m)()
 			// What Run does once the first document is applied.
 			_, err = m.connTable(m.ctl.Document().HashSeed)
 			require.NoError(t, err)

@@ -34,15 +34,7 @@ func TestReloadNeedingBGPRestartIsRefused(t *testing.T) {
 
 	m, err := New(Config{Interface: "unused", ConfigPath: path})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.watcher.Run(ctx, func(d *control.Document) error { return m.apply(ctx, d) }) }()
-	defer func() {
-		cancel()
-		<-done
-		m.shutdownBGP()
-	}()
-	<-m.watcher.Ready()
+	defer watchFile(m)()
 	require.EqualValues(t, 1, m.Status().Version)
 
 	waitStatus := func(what string, cond func() bool) {
@@ -74,4 +66,20 @@ func TestReloadNeedingBGPRestartIsRefused(t *testing.T) {
 	write(10, speaker+"  peers: [{address: 198.18.0.1, asn: 65000, password: x, ttl_security: 1}]\n")
 	waitStatus("apply", func() bool { return m.Status().Version == 10 })
 	require.EqualValues(t, 10, m.ctl.Document().Version)
+}
+
+// watchFile runs m's file watcher, applying with m.apply as Run does,
+// until the function it returns is called, which also shuts m's BGP
+// speaker down; it returns once the first document was applied or
+// refused.
+func watchFile(m *Mux) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.watcher.Run(ctx, func(d *control.Document) error { return m.apply(ctx, d) }) }()
+	<-m.watcher.Ready()
+	return func() {
+		cancel()
+		<-done
+		m.shutdownBGP()
+	}
 }
