@@ -171,17 +171,21 @@ func (st *runState) fibPrefix(dst netip.Addr, rt *netlink.Route) (netip.Prefix, 
 	return netip.PrefixFrom(dst, bits).Masked(), true
 }
 
-// link returns the MAC of an Ethernet link, caching it until a link event.
+// link returns the MAC of an Ethernet link, caching the kernel's answer
+// until a link event. A query that failed is not cached: the next resolve
+// asks again (a refresh, at the latest), where a cached failure would
+// have lasted until the link's next event.
 func (st *runState) link(idx int) (linkInfo, bool) {
 	if li, ok := st.links[idx]; ok {
 		return li, li.ethernet
 	}
+	l, err := st.h.LinkByIndex(idx)
+	if err != nil {
+		return linkInfo{}, false
+	}
 	var li linkInfo
-	if l, err := st.h.LinkByIndex(idx); err == nil {
-		a := l.Attrs()
-		if a.EncapType == "ether" && len(a.HardwareAddr) == 6 {
-			li = linkInfo{mac: [6]byte(a.HardwareAddr), ethernet: true}
-		}
+	if a := l.Attrs(); a.EncapType == "ether" && len(a.HardwareAddr) == 6 {
+		li = linkInfo{mac: [6]byte(a.HardwareAddr), ethernet: true}
 	}
 	st.links[idx] = li
 	return li, li.ethernet
