@@ -469,7 +469,7 @@ func (t *ctTable[S, P]) insert(k *ctKey, hash uint64, backend uint32, cls StateC
 		g, i1, i2 uint64
 		blo, bhi  *ctBucket[S, P]
 		hlo, hhi  uint64
-		grew      bool
+		grows     int
 	)
 	for try := 0; ; try++ {
 		g = t.geo.Load()
@@ -494,15 +494,19 @@ func (t *ctTable[S, P]) insert(k *ctKey, hash uint64, backend uint32, cls StateC
 		// candidates may have moved: start again.
 		if t.geo.Load() == g {
 			// Both buckets full while the table is still growing: grow
-			// first (once), and look again, rather than evict or refuse
-			// in a table that has room it does not use yet.
-			if grew || ctOcc(hlo) != ctLanes || ctOcc(hhi) != ctLanes || ctActive(g) >= t.n {
+			// first, and look again, rather than evict or refuse in a
+			// table that has room it does not use yet. The count of
+			// entries may not ask for more buckets (linear hashing
+			// splits in order, and the buckets a round has not split
+			// yet hold twice as many): split ctGrowSteps more each
+			// time, up to ctGrowFull times.
+			if grows >= ctGrowFull || ctOcc(hlo) != ctLanes || ctOcc(hhi) != ctLanes || ctActive(g) >= t.n {
 				break
 			}
-			grew = true
+			grows++
 			blo.unlockUnchanged(hlo)
 			bhi.unlockUnchanged(hhi)
-			t.grow(c)
+			t.growBy(c, ctGrowSteps)
 			// Another writer was growing the table: give it a moment
 			// to finish (a few dozen yields at most) rather than
 			// evict or refuse beside a table about to have room.

@@ -82,7 +82,13 @@ const ctGrowSteps = 32
 // one of them grows it are not ignored (with three writers inserting at
 // once and each such look dropped, the table fell to 2.3 entries per
 // bucket in use instead of 1, and refused flows).
-func (t *ctTable[S, P]) grow(c *ConnTable) {
+func (t *ctTable[S, P]) grow(c *ConnTable) { t.growBy(c, 0) }
+
+// growBy is grow that also splits at least extra buckets beyond the part
+// in use it finds, whatever the count of entries asks for: for an insert
+// that found both its buckets full (linear hashing splits buckets in
+// order, so the ones the count asks for may not be the full ones).
+func (t *ctTable[S, P]) growBy(c *ConnTable, extra uint64) {
 	if ctActive(t.geo.Load()) >= t.n {
 		return
 	}
@@ -95,7 +101,8 @@ func (t *ctTable[S, P]) grow(c *ConnTable) {
 		if t.ranging.Load() != 0 { // a walk holds growth off (holdGrowth)
 			break
 		}
-		want := (uint64(t.entries(c))*ctGrowSlots2 + 2*ctSlots - 1) / (2 * ctSlots)
+		want := max((uint64(t.entries(c))*ctGrowSlots2+2*ctSlots-1)/(2*ctSlots), ctActive(t.geo.Load())+extra)
+		extra = 0
 		for range ctGrowSteps {
 			g := t.geo.Load()
 			if a := ctActive(g); a >= want || a >= t.n || !t.split(g, c) {
@@ -112,6 +119,11 @@ func (t *ctTable[S, P]) grow(c *ConnTable) {
 // ctGrowWaits bounds how often an insert that found both its buckets
 // full yields while another writer grows the table (see insert).
 const ctGrowWaits = 64
+
+// ctGrowFull bounds how many times an insert that finds both its buckets
+// full splits ctGrowSteps more buckets and looks again before it evicts
+// or refuses (see insert).
+const ctGrowFull = 8
 
 // ctGrowRounds bounds the rounds of ctGrowSteps splits one grow makes
 // when other writers asked for more while it ran (growAgain).

@@ -442,7 +442,11 @@ func TestConnTablePrepared(t *testing.T) {
 	for _, tt := range tests {
 		for _, fam := range []int{4, 6} {
 			t.Run(fmt.Sprintf("%s/IPv%d", tt.name, fam), func(t *testing.T) {
-				testConnTablePrepared(t, ConnTableConfig{Capacity: 4096, Hasher: tt.hasher}, fam, func(ct *ConnTable, q *ConnQuery, k *Key) {
+				// 500 flows of each family, at most half of Capacity: a
+				// table near its Capacity may refuse a few (see ConnTable),
+				// and this test is about queries, not room.
+				cfg := ConnTableConfig{Capacity: 4096, IPv6Capacity: 1024, Hasher: tt.hasher}
+				testConnTablePrepared(t, cfg, fam, func(ct *ConnTable, q *ConnQuery, k *Key) {
 					if tt.hashed {
 						ct.PrepareHashed(q, k, fleet.Hash(k, Tuple5)^tt.bogus)
 					} else {
