@@ -259,8 +259,10 @@ type connStripe struct {
 // One writer grows the table at a time; writers that find it behind
 // meanwhile leave a request, which the grower serves before it stops (up
 // to 128 splits a call). An insert that finds both its buckets full while
-// the table is still growing grows it first (or waits, up to 64 yields,
-// for the grower in progress) and looks again. Should the
+// the table is still growing grows it first — 32 buckets more than the
+// count asks for, since the ones the count would split next may not be
+// its own — or waits, up to 64 yields, for the grower in progress, and
+// looks again, up to 8 times. Should the
 // grower be descheduled mid-growth, the others go on inserting into the
 // part in use, which then fills as a full table does (evicting untrusted
 // entries, at worst refusing) until it runs again. Range holds growth off
