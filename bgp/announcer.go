@@ -461,6 +461,31 @@ func (a *Announcer) Shutdown(ctx context.Context) error {
 	return errors.Join(err, stopErr)
 }
 
+// Unstart undoes a Start that has announced nothing: it stops GoBGP (its
+// sessions and listeners) and leaves the Announcer configured but not
+// started, so that a later Start — after Reconfigure, if need be — runs
+// the same GoBGP server. It is for a caller that starts the speaker ahead
+// of work that then fails and will be tried again: GoBGP v3 cannot end a
+// server, so a new Announcer per try would leave one behind each time.
+// Before Start it does nothing; once a prefix was announced it refuses
+// (Shutdown withdraws them); after Shutdown it returns ErrClosed.
+func (a *Announcer) Unstart(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch a.phase {
+	case phaseNew:
+		return nil
+	case phaseStopping, phaseClosed:
+		return ErrClosed
+	}
+	if len(a.announced) > 0 {
+		return errors.New("bgp: unstart: prefixes are announced (Shutdown withdraws them)")
+	}
+	err := a.srv.StopBgp(ctx, &api.StopBgpRequest{})
+	a.phase = phaseNew
+	return err
+}
+
 // PeerStates returns a snapshot of every configured session, sorted by
 // address; nil before Start and after Shutdown.
 func (a *Announcer) PeerStates() []PeerState {

@@ -189,6 +189,10 @@ type Mux struct {
 	enc       *encap.Encap
 	resolver  *nexthop.Resolver // set by Run
 	announcer *bgp.Announcer
+	// unstarted is the stopped speaker of a version refused after its
+	// speaker started, kept for the next try (apply; the watcher's
+	// goroutine only).
+	unstarted *bgp.Announcer
 	dp        *datapath.DataPath // the data path, set by Run once open
 	accounts  []*balance.Account // one per pipeline (worker), read by the collector
 	balancers []*balance.Stage   // one per pipeline (worker), read by the collector
@@ -501,22 +505,37 @@ func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
 	// one that cannot start (its listen port taken, say) refuses the
 	// version whole, rather than leaving the controller on a version the
 	// watcher reports refused.
+	// A refused version's speaker is kept, stopped, for the next try
+	// (m.unstarted): GoBGP cannot end a server, and a new speaker per try
+	// of a version that stays refused would leave one behind each time.
 	var started *bgp.Announcer
 	if running == nil && doc.BGP != nil {
-		a, err := bgp.New(bgpConfig(doc.BGP, m.log))
-		if err != nil {
-			return err
+		cfg := bgpConfig(doc.BGP, m.log)
+		a := m.unstarted
+		m.unstarted = nil
+		if a == nil || a.Reconfigure(cfg) != nil { // another speaker (ASN, router ID, listener): a new one
+			if a != nil {
+				_ = a.Shutdown(context.Background())
+			}
+			var err error
+			if a, err = bgp.New(cfg); err != nil {
+				return err
+			}
 		}
 		if err := a.Start(ctx); err != nil {
+			m.unstarted = a // Start left it stopped
 			return err
 		}
 		started = a
 	}
 	if err := m.ctl.Apply(doc); err != nil {
 		if started != nil {
-			// It announced nothing: no grace period to wait.
-			if serr := started.Shutdown(context.Background()); serr != nil {
+			// It announced nothing: stopped at once, kept for the next try.
+			if serr := started.Unstart(context.Background()); serr != nil {
 				m.log.Error("mux: stopping the BGP speaker of a refused version", "err", serr)
+				_ = started.Shutdown(context.Background())
+			} else {
+				m.unstarted = started
 			}
 		}
 		return err

@@ -1,14 +1,19 @@
 package mux
 
 import (
+	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdplb/xdplb/control"
 )
 
 // A document that brings the first bgp section, whose speaker then fails
@@ -59,4 +64,39 @@ func TestReloadWhoseBGPSpeakerFailsIsRefusedWhole(t *testing.T) {
 			require.Zero(t, m.ctl.Snapshot().(*muxSnapshot).rules.Len(), "the data path runs version 1's rules")
 		})
 	}
+}
+
+// TestRefusedVersionKeepsOneSpeaker: a version whose first BGP speaker
+// starts but which the controller then refuses (its steering sync fails)
+// stops the speaker and keeps it for the next try: twenty tries of the
+// refused version leave at most one GoBGP server behind, where a new
+// speaker per try left one each (GoBGP cannot end a server). A later
+// try the controller takes starts that same speaker.
+func TestRefusedVersionKeepsOneSpeaker(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "fleet.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("version: 1\n"), 0o600))
+	m, err := New(Config{Interface: "unused", ConfigPath: path, Logger: quietLog})
+	require.NoError(t, err)
+	ctx := context.Background()
+	v1, err := control.Parse([]byte("version: 1\n"))
+	require.NoError(t, err)
+	require.NoError(t, m.apply(ctx, v1))
+	st := &fakeSteering{}
+	require.NoError(t, m.ctl.SetSteering(st))
+	defer m.shutdownBGP()
+
+	v2, err := control.Parse([]byte("version: 2\nbgp:\n  asn: 65010\n  router_id: 198.18.0.10\n  listen_port: 0\n"))
+	require.NoError(t, err)
+	st.fail = errors.New("steering refused (test)")
+	before := runtime.NumGoroutine()
+	for range 20 {
+		require.ErrorIs(t, m.apply(ctx, v2), st.fail)
+	}
+	time.Sleep(100 * time.Millisecond) // let stopped speakers' goroutines end
+	require.LessOrEqual(t, runtime.NumGoroutine()-before, 4, "goroutines left by 20 refused tries (one GoBGP server: a few)")
+	st.fail = nil
+	require.NoError(t, m.apply(ctx, v2))
+	require.NotNil(t, m.announcer)
+	require.Nil(t, m.unstarted, "the kept speaker runs now")
 }
