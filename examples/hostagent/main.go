@@ -191,6 +191,12 @@ func run(cfg hostagent.Config, fl *node.Fleet, agent *atomic.Pointer[hostagent.A
 		rctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { fl.Run(rctx); close(done) }()
+		// A stop asked for is "stopping", not "down", while the node
+		// withdraws its routes and its data path winds down.
+		go func() {
+			<-ctx.Done()
+			fl.SetDataPath("stopping")
+		}()
 		defer func() { cancel(); <-done }()
 		defer fl.SetDataPath("stopped")
 	}

@@ -182,6 +182,12 @@ func run(cfg mux.Config, fl *node.Fleet, metricsAddr string, log *slog.Logger) e
 		rctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { fl.Run(rctx); close(done) }()
+		// A stop asked for is "stopping", not "down", while the node
+		// withdraws its routes and its data path winds down.
+		go func() {
+			<-ctx.Done()
+			fl.SetDataPath("stopping")
+		}()
 		defer func() { cancel(); <-done }()
 		defer fl.SetDataPath("stopped")
 	}

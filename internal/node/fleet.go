@@ -115,10 +115,11 @@ func (f *Fleet) followForwarding(ctx context.Context) {
 	t := time.NewTicker(ForwardingCheck)
 	defer t.Stop()
 	for {
+		up := f.forwarding() // not under f.mu: it may take the node's own lock
 		f.mu.Lock()
 		prev, next := f.fwd, f.fwd
 		switch {
-		case f.forwarding():
+		case up:
 			next = "running"
 		case prev == "running":
 			next = "down"
@@ -138,8 +139,13 @@ func (f *Fleet) followForwarding(ctx context.Context) {
 
 // SetDataPath sets the data path state the node reports ("running",
 // "stopping", "stopped", "down: ...") and writes the status at once.
+// "stopped" is final.
 func (f *Fleet) SetDataPath(state string) {
 	f.mu.Lock()
+	if f.state == "stopped" { // final: a late "stopping" does not undo it
+		f.mu.Unlock()
+		return
+	}
 	f.state = state
 	f.mu.Unlock()
 	f.rep.Poke()
