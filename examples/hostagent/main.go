@@ -187,18 +187,7 @@ func run(cfg hostagent.Config, fl *node.Fleet, agent *atomic.Pointer[hostagent.A
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if fl != nil {
-		fl.ReportForwarding(a.Forwarding) // the status says whether the data path forwards
-		rctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { fl.Run(rctx); close(done) }()
-		// A stop asked for is "stopping", not "down", while the node
-		// withdraws its routes and its data path winds down.
-		go func() {
-			<-ctx.Done()
-			fl.SetDataPath("stopping")
-		}()
-		defer func() { cancel(); <-done }()
-		defer fl.SetDataPath("stopped")
+		defer fl.Start(ctx, a.Forwarding)()
 	}
 	node.ReloadOnHUP(log, "hostagent", a.Reload)
 	defer node.ServeMetrics(log, "hostagent", metricsAddr, collectors...)()

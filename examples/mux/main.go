@@ -178,18 +178,7 @@ func run(cfg mux.Config, fl *node.Fleet, metricsAddr string, log *slog.Logger) e
 		if err := fl.WatchPortAllocations(m.Controller()); err != nil {
 			return err
 		}
-		fl.ReportForwarding(m.Forwarding) // the status says whether the data path forwards
-		rctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { fl.Run(rctx); close(done) }()
-		// A stop asked for is "stopping", not "down", while the node
-		// withdraws its routes and its data path winds down.
-		go func() {
-			<-ctx.Done()
-			fl.SetDataPath("stopping")
-		}()
-		defer func() { cancel(); <-done }()
-		defer fl.SetDataPath("stopped")
+		defer fl.Start(ctx, m.Forwarding)()
 	}
 	node.ReloadOnHUP(log, "mux", m.Reload)
 	defer node.ServeMetrics(log, "mux", metricsAddr, m.Collector())()

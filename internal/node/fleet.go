@@ -139,13 +139,8 @@ func (f *Fleet) followForwarding(ctx context.Context) {
 
 // SetDataPath sets the data path state the node reports ("running",
 // "stopping", "stopped", "down: ...") and writes the status at once.
-// "stopped" is final.
 func (f *Fleet) SetDataPath(state string) {
 	f.mu.Lock()
-	if f.state == "stopped" { // final: a late "stopping" does not undo it
-		f.mu.Unlock()
-		return
-	}
 	f.state = state
 	f.mu.Unlock()
 	f.rep.Poke()
@@ -283,6 +278,35 @@ func (f *Fleet) Run(ctx context.Context) error {
 		}()
 	}
 	return f.rep.Run(ctx)
+}
+
+// Start runs f (Run) for a node whose data path forwards while
+// forwarding says so (ReportForwarding) and which stops when ctx is done,
+// until the function it returns is called: the state is "stopping" from
+// the moment ctx is done (the node withdraws its routes and winds its
+// data path down, which is no failure), and "stopped" once it is called,
+// written before the status is removed.
+func (f *Fleet) Start(ctx context.Context, forwarding func() bool) (stop func()) {
+	f.ReportForwarding(forwarding)
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.Run(rctx); close(done) }()
+	quit, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-ctx.Done():
+			f.SetDataPath("stopping")
+		case <-quit:
+		}
+	}()
+	return func() {
+		close(quit)
+		<-watched
+		f.SetDataPath("stopped")
+		cancel()
+		<-done
+	}
 }
 
 // Close closes the etcd client.

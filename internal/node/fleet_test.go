@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/xdplb/xdplb/control"
 	"github.com/xdplb/xdplb/fleet"
@@ -135,17 +136,7 @@ func TestFleetPortAllocation(t *testing.T) {
 // forwarding — not only that a document was applied; SetDataPath's
 // "stopped" wins.
 func TestFleetReportsForwarding(t *testing.T) {
-	c := etcdlab.NewCluster(t.TempDir(), 1)
-	e, err := c.Start(0, 30*time.Second)
-	require.NoError(t, err)
-	t.Cleanup(e.Close)
-	cli, err := etcdlab.Client(c.Endpoints())
-	require.NoError(t, err)
-	t.Cleanup(func() { cli.Close() })
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-
-	f, err := NewFleet(c.Endpoints()[0], "", fleet.RoleMux, "mux-1", log)
-	require.NoError(t, err)
+	f, cli := statusFleet(t)
 	var forwarding atomic.Bool
 	f.ReportForwarding(forwarding.Load)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -158,13 +149,7 @@ func TestFleetReportsForwarding(t *testing.T) {
 	_, err = fleet.Apply(context.Background(), cli, "", []byte(outboundDoc), doc, "test")
 	require.NoError(t, err)
 
-	reported := func() string {
-		st, err := fleet.ReadStatus(context.Background(), cli, "")
-		if err != nil || len(st.Nodes) != 1 || st.Nodes[0].Version != 1 {
-			return ""
-		}
-		return st.Nodes[0].DataPath
-	}
+	reported := func() string { return reportedDataPath(cli) }
 	for _, step := range []struct {
 		forwarding bool
 		set, want  string
@@ -182,4 +167,62 @@ func TestFleetReportsForwarding(t *testing.T) {
 		require.Eventually(t, func() bool { return reported() == step.want }, 30*time.Second, 20*time.Millisecond,
 			"want %q, reported %q", step.want, reported())
 	}
+}
+
+// TestFleetStartReportsStopping: a node run with Start reports its data
+// path running while it forwards, "stopping" (not "down") from the moment
+// its context ends although it no longer forwards, and its status is
+// gone once the function Start returned is called.
+func TestFleetStartReportsStopping(t *testing.T) {
+	f, cli := statusFleet(t)
+	var forwarding atomic.Bool
+	forwarding.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srcCtx, srcCancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { f.Source.Run(srcCtx, func(*control.Document) error { return nil }) })
+	t.Cleanup(func() { srcCancel(); wg.Wait(); f.Close() })
+	stop := f.Start(ctx, forwarding.Load)
+	doc, err := control.Parse([]byte(outboundDoc))
+	require.NoError(t, err)
+	_, err = fleet.Apply(context.Background(), cli, "", []byte(outboundDoc), doc, "test")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return reportedDataPath(cli) == "running" }, 30*time.Second, 20*time.Millisecond)
+
+	cancel() // a stop asked for: the node stops forwarding and withdraws
+	forwarding.Store(false)
+	require.Eventually(t, func() bool { return reportedDataPath(cli) == "stopping" }, 30*time.Second, 20*time.Millisecond,
+		"reported %q", reportedDataPath(cli))
+	time.Sleep(2 * ForwardingCheck) // followForwarding sees forwarding false: still "stopping"
+	require.Equal(t, "stopping", reportedDataPath(cli))
+	stop()
+	st, err := fleet.ReadStatus(context.Background(), cli, "")
+	require.NoError(t, err)
+	require.Empty(t, st.Nodes, "the status is removed")
+}
+
+// statusFleet starts one etcd member and returns a Mux's Fleet on it
+// (not running) and a client.
+func statusFleet(t *testing.T) (*Fleet, *clientv3.Client) {
+	c := etcdlab.NewCluster(t.TempDir(), 1)
+	e, err := c.Start(0, 30*time.Second)
+	require.NoError(t, err)
+	t.Cleanup(e.Close)
+	cli, err := etcdlab.Client(c.Endpoints())
+	require.NoError(t, err)
+	t.Cleanup(func() { cli.Close() })
+	f, err := NewFleet(c.Endpoints()[0], "", fleet.RoleMux, "mux-1", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	return f, cli
+}
+
+// reportedDataPath is the data path state mux-1 reports for version 1 in
+// etcd ("" before).
+func reportedDataPath(cli *clientv3.Client) string {
+	st, err := fleet.ReadStatus(context.Background(), cli, "")
+	if err != nil || len(st.Nodes) != 1 || st.Nodes[0].Version != 1 {
+		return ""
+	}
+	return st.Nodes[0].DataPath
 }
