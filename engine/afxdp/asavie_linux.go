@@ -228,19 +228,7 @@ func (a *asavieSock) transmit(p *Port, pkts []*engine.Packet) int {
 	}
 	p.c[cTXBytes] += bytes
 	p.c[cTXRingFull] += uint64(i - k) // refused by asavie: no TX ring slot
-	if i < last {
-		last = p.sortOutTooBig(pkts, i, last)
-	}
-	if rest := last - i; rest > 0 {
-		if noFrame {
-			p.c[cTXNoFrame] += uint64(rest)
-			for _, pk := range pkts[i:last] {
-				pk.Reason = DropTXNoFrame
-			}
-		} else {
-			p.c[cTXRingFull] += uint64(rest)
-		}
-	}
+	p.refuseRest(pkts, i, last, noFrame)
 	return k
 }
 

@@ -304,22 +304,29 @@ func (p *Port) Transmit(pkts []*engine.Packet) int {
 	p.inTX += int(i)
 	p.c[cTXFrames] += uint64(i)
 	p.c[cTXBytes] += bytes
-	if int(i) < last {
-		// The loop stopped early: the frames it did not reach that no
-		// chunk can hold are refused as too big, not for what ran out.
-		last = p.sortOutTooBig(pkts, int(i), last)
-	}
-	if rest := uint64(last - int(i)); rest > 0 {
-		if noFrame {
-			p.c[cTXNoFrame] += rest
-			for _, pk := range pkts[i:last] {
-				pk.Reason = DropTXNoFrame
-			}
-		} else {
-			p.c[cTXRingFull] += rest
-		}
-	}
+	p.refuseRest(pkts, int(i), last, noFrame)
 	return int(i)
+}
+
+// refuseRest counts and gives their reasons to the frames pkts[from:last]
+// a Transmit that stopped early did not reach: those no chunk can hold
+// are refused as too big (sortOutTooBig), not for what ran out; the others
+// for what did — no free chunk to copy into (noFrame: DropTXNoFrame) or
+// no TX ring slot (the worker's default reason, DropTXFull).
+func (p *Port) refuseRest(pkts []*engine.Packet, from, last int, noFrame bool) {
+	if from >= last {
+		return
+	}
+	last = p.sortOutTooBig(pkts, from, last)
+	rest := uint64(last - from)
+	if !noFrame {
+		p.c[cTXRingFull] += rest
+		return
+	}
+	p.c[cTXNoFrame] += rest
+	for _, pk := range pkts[from:last] {
+		pk.Reason = DropTXNoFrame
+	}
 }
 
 // sortOutTooBig moves the frames of pkts[from:last] that no chunk can
