@@ -327,6 +327,20 @@ func SumVIPStats(stages ...*Stage) map[string]Stats {
 // (flow.ConnTableConfig.Hasher).
 func (s *Stage) HashesOnce() bool { return s.oneHash }
 
+// Conns returns the stage's connection table (Config.Conns), nil when it
+// balances statelessly.
+func (s *Stage) Conns() *flow.ConnTable { return s.cfg.Conns }
+
+// Now returns the stage's current tick (Config.Clock, or the connection
+// table's clock), as Begin reads it for a batch; 0 without a connection
+// table.
+func (s *Stage) Now() flow.Tick {
+	if s.clock == nil {
+		return 0
+	}
+	return s.clock()
+}
+
 // Stats sums the counters of every VIP and worker.
 func (s *Stage) Stats() Stats {
 	var out Stats
@@ -396,6 +410,9 @@ type Pass struct {
 	ret    batchReturns // the range table, loaded at the first packet without a rule
 	st     *workerState
 	locked bool // st is s.other, under s.mu
+	// settled marks, by index, the packets Place found in an entry of
+	// their own class that the packet left as it was (Settled).
+	settled uint64
 }
 
 // Begin readies ps for batch b: its rules, its time, the worker's state.
@@ -497,8 +514,21 @@ func (ps *Pass) Run(pkts []*engine.Packet) {
 // the batch, which Prepare asked to place: it finishes the lookup and
 // decides p's backend, or returns why p must be dropped.
 func (ps *Pass) Place(i int, p *engine.Packet) engine.DropReason {
-	return ps.s.place(ps.st, ps.snap, p, &ps.qs[i], ps.now)
+	r, settled := ps.s.place(ps.st, ps.snap, p, &ps.qs[i], ps.now)
+	if settled {
+		ps.settled |= 1 << uint(i)
+	}
+	return r
 }
+
+// Settled reports whether Place placed p, the i-th packet of the batch,
+// by a proven flow's connection-table entry — established TCP or UDP, at
+// a backend that is up — whose class p's own (engine.Packet.StateClass)
+// leaves as it is: the next packets of the flow of that class will be
+// placed the same way, by the same entry, as long as the snapshot holds
+// and the entry is refreshed (flow.ConnTable.RefreshAfter). The Mux's
+// fast path keeps such decisions.
+func (ps *Pass) Settled(i int) bool { return ps.settled&(1<<uint(i)) != 0 }
 
 // rule finds p's rule, or why there is none. A rule an earlier stage left
 // in p.Rule (the Mux's uplink VNI stage) is taken when it is the one
@@ -532,8 +562,8 @@ func (s *Stage) stateless(snap *flow.Snapshot, p *engine.Packet) engine.DropReas
 }
 
 // place decides p's backend (p.Rule and p.Hash set, q prepared unless p is
-// a fragment).
-func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q *flow.ConnQuery, now flow.Tick) engine.DropReason {
+// a fragment); settled reports what Pass.Settled does.
+func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q *flow.ConnQuery, now flow.Tick) (_ engine.DropReason, settled bool) {
 	r := p.Rule
 	ct := s.cfg.Conns
 	if p.Flags&engine.FlagFragment != 0 {
@@ -541,10 +571,10 @@ func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q 
 		// rest must agree, and the rest have no ports to key an entry.
 		idx, ok := r.Pick(p.Hash)
 		if !ok {
-			return engine.DropNoBackend
+			return engine.DropNoBackend, false
 		}
 		p.Backend = int32(idx)
-		return 0
+		return 0, false
 	}
 
 	if p.Flags&engine.FlagICMPError != 0 {
@@ -560,11 +590,11 @@ func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q 
 		if idx < 0 {
 			var ok bool
 			if idx, ok = r.Pick(p.Hash); !ok {
-				return engine.DropNoBackend
+				return engine.DropNoBackend, false
 			}
 		}
 		p.Backend = int32(idx)
-		return 0
+		return 0, false
 	}
 
 	class := p.StateClass()
@@ -577,19 +607,24 @@ func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q 
 		}
 		if found && r.Backends[idx].State != flow.BackendDown {
 			p.Backend = int32(idx)
+			if cur == class && (cur == flow.ClassEstablished || cur == flow.ClassUDP) {
+				// A proven flow's packet of its own class: Next leaves
+				// the entry as it is.
+				return 0, true
+			}
 			if next := ct.Next(cur, class, age); next != cur {
 				if ct.SetClassPrepared(q, next, now) && cur == flow.ClassUntrusted {
 					st.count(r, sPromoted)
 					s.release(st, r)
 				}
 			}
-			return 0
+			return 0, false
 		}
 		// The backend went away or down: the flow is re-placed below.
 	}
 	idx, ok := r.Pick(p.Hash)
 	if !ok {
-		return engine.DropNoBackend
+		return engine.DropNoBackend, false
 	}
 	p.Backend = int32(idx)
 	p.Flags |= engine.FlagNewFlow
@@ -598,7 +633,7 @@ func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q 
 	// spoofed SYN, FIN, RST, ACK or UDP floods fill the table with
 	// evictable entries only. A VIP past its share is not entered at all.
 	if !s.admit(st, r, now) {
-		return 0
+		return 0, false
 	}
 	switch res := ct.InsertPrepared(q, r.Entry(idx), flow.ClassUntrusted, now); {
 	case res.Stored():
@@ -609,8 +644,8 @@ func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q 
 	default:
 		st.count(r, sRefused)
 		if s.cfg.DropOnConnFull {
-			return DropConnFull
+			return DropConnFull, false
 		}
 	}
-	return 0
+	return 0, false
 }

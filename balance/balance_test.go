@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/google/gopacket"
@@ -374,4 +375,67 @@ func TestNewFlowFlag(t *testing.T) {
 	require.True(t, n, "re-placed after its backend went down")
 	_, n = isNew(p)
 	require.False(t, n)
+}
+
+// settled runs frame through Parse and the stage's Pass and reports
+// whether Place found it Settled.
+func (h *harness) settled(frame []byte) bool {
+	h.batch.Reset()
+	buf := make([]byte, 2048)
+	copy(buf[128:], frame)
+	p := &h.pool[0]
+	p.SetBuffer(nil, 0, buf, 128, len(frame), 0)
+	h.batch.Append(p)
+	engine.Parse{}.Process(&h.batch)
+	var ps balance.Pass
+	h.stage.Begin(&h.batch, &ps)
+	ps.Run(h.batch.Packets())
+	ps.End()
+	return ps.Settled(0)
+}
+
+// TestPassSettled: Pass.Settled holds exactly for a packet placed by a
+// proven flow's entry (established TCP, or UDP) of the packet's own class
+// at a backend that is up — the packets whose flow's next packets of that
+// class are placed the same way, which the Mux's fast path keeps.
+func TestPassSettled(t *testing.T) {
+	bs := backends(1, 1)
+	tcpRule := flow.Rule{Name: "t", VIP: flow.VIP{Addr: vip4, Proto: flow.ProtoTCP, Port: 80}, Backends: bs}
+	udpRule := flow.Rule{Name: "u", VIP: flow.VIP{Addr: vip4, Proto: flow.ProtoUDP, Port: 53}, Backends: bs}
+	h := newHarness(t, true, tcpRule, udpRule)
+	prove := h.conns.ProveAfter()
+	tcp := pkt{src: netip.MustParseAddr("198.18.0.1"), dst: vip4, sport: 999, dport: 80, tcp: true}
+	udp := pkt{src: netip.MustParseAddr("198.18.0.1"), dst: vip4, sport: 999, dport: 53}
+	steps := []struct {
+		name          string
+		p             pkt
+		after         flow.Tick
+		syn, ack, fin bool
+		want          bool
+	}{
+		{name: "SYN, new", p: tcp, syn: true},
+		{name: "ACK, untrusted", p: tcp, after: prove, ack: true}, // promoted by this one: not settled
+		{name: "ACK, established", p: tcp, after: 1, ack: true, want: true},
+		{name: "SYN on established", p: tcp, after: 1, syn: true},
+		{name: "ACK again", p: tcp, after: 1, ack: true, want: true},
+		{name: "FIN", p: tcp, after: 1, fin: true, ack: true},
+		{name: "ACK, closing", p: tcp, after: 1, ack: true},
+		{name: "UDP, new", p: udp, after: 1},
+		{name: "UDP, promoted", p: udp, after: prove},
+		{name: "UDP, proven", p: udp, after: 1, want: true},
+	}
+	for _, s := range steps {
+		h.now += s.after
+		p := s.p
+		p.syn, p.ack, p.fin = s.syn, s.ack, s.fin
+		require.Equal(t, s.want, h.settled(p.build()), s.name)
+	}
+	// The backend down: the flow is placed anew, not settled.
+	down := slices.Clone(bs)
+	down[0].State = flow.BackendDown
+	udpRule.Backends = down
+	_, err := h.rules.Update(2, []flow.Rule{tcpRule, udpRule})
+	require.NoError(t, err)
+	h.now++
+	require.False(t, h.settled(udp.build()), "backend down")
 }

@@ -554,3 +554,23 @@ func TestConnTablePeek(t *testing.T) {
 		require.Equal(t, !peek, ok, "peek %v: alive a timeout after the insert only if the lookup refreshed it", peek)
 	}
 }
+
+// TestRefreshAfter: the refresh interval is 1/32 of each proven class's
+// timeout, and none for untrusted entries (lookups never refresh them).
+func TestRefreshAfter(t *testing.T) {
+	ct, err := NewConnTable(ConnTableConfig{Capacity: 64})
+	require.NoError(t, err)
+	d := DefaultTimeouts()
+	for _, c := range []struct {
+		class StateClass
+		want  Tick
+	}{
+		{ClassUntrusted, 0},
+		{ClassEstablished, Ticks(d.Established) / 32},
+		{ClassClosing, Ticks(d.Closing) / 32},
+		{ClassUDP, Ticks(d.UDP) / 32},
+		{ctClasses, 0},
+	} {
+		require.Equal(t, c.want, ct.RefreshAfter(c.class), "%v", c.class)
+	}
+}

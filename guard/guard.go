@@ -264,6 +264,11 @@ func (s *Sources) Begin(b *engine.Batch) SourcesPass {
 	return SourcesPass{s: s, snap: snap, set: set}
 }
 
+// Prefixes returns the prefix set the pass checks against: with the
+// batch's rule snapshot, what a packet's source is judged by (besides its
+// Ethernet destination).
+func (c *SourcesPass) Prefixes() *Prefixes { return c.set }
+
 // Check returns why p is refused (the reason Process drops it with), or 0.
 func (c *SourcesPass) Check(p *engine.Packet) engine.DropReason {
 	return c.s.check(c.snap, c.set, p)

@@ -254,6 +254,16 @@ func (s *Stage) Begin(b *engine.Batch, ps *Pass) {
 	ps.e, ps.mask, ps.gen = c.e[:], hopCacheSize-1, s.generation(c)
 }
 
+// Generation identifies the answers the pass writes: within one
+// generation of a worker (ok: a batch with a worker index, whose answers
+// are cached), Packet writes the same addresses and port for a
+// destination every time. A caller that keeps what Packet wrote (the
+// Mux's fast path) keeps it while the generation holds. A new generation
+// starts when the resolver's version changes, every hopCacheRefresh
+// batches (so that destinations in use are looked up now and then), and,
+// with a Source that is not a VersionedSource, every batch.
+func (ps *Pass) Generation() (gen uint32, ok bool) { return ps.gen, ps.e != nil }
+
 // Packet addresses p to its next hop (Ethernet addresses, OutPort), or
 // sends it to the slow path, or returns why it must be dropped, which the
 // caller does (Batch.Drop).
