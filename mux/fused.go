@@ -59,12 +59,17 @@ func (m *muxStages) stages() []engine.Stage {
 // stage only while the batch has packets. The ICMP stage leaves every
 // other packet as it is, so skipping it changes nothing.
 //
-// TestFusedAgrees and FuzzFused run the same frames through both and
-// compare every output byte and every counter.
+// Before those passes the fast path (fastPath) encapsulates the packets
+// of established flows whose whole decision its worker keeps, and only
+// the rest run the passes; they fill the cache.
+//
+// TestFusedAgrees, TestFastPathAgrees and FuzzFused run the same frames
+// through both and compare every output byte and every counter.
 type fused struct {
 	muxStages
 	rules *flow.Rules      // for batches without a worker snapshot (uplinkVNI's)
 	slow  *engine.Pipeline // the stages after Parse, for batches with ICMP
+	fast  *fastPath        // nil: off (no connection table, or turned off)
 }
 
 // newFused returns the fused stage of m.
@@ -72,7 +77,7 @@ func newFused(m muxStages) (*fused, error) {
 	if m.sources == nil || m.icmp == nil || m.bal == nil || m.enc == nil || m.nh == nil || m.acct == nil {
 		return nil, errors.New("mux: a stage of the fused pipeline is missing")
 	}
-	return &fused{muxStages: m, rules: m.vni.rules, slow: engine.NewPipeline(m.stages()[1:]...)}, nil
+	return &fused{muxStages: m, rules: m.vni.rules, slow: engine.NewPipeline(m.stages()[1:]...), fast: newFastPath(&m)}, nil
 }
 
 // Process implements engine.Stage.
@@ -87,6 +92,9 @@ func (f *fused) Process(b *engine.Batch) {
 	}
 	b.Compact()
 	if icmp {
+		if f.fast != nil {
+			f.fast.forget(b)
+		}
 		f.slow.Process(b)
 		return
 	}
@@ -94,10 +102,105 @@ func (f *fused) Process(b *engine.Batch) {
 	if len(pkts) == 0 {
 		return
 	}
+	t := tail{src: f.sources.Begin(b), snap: b.Rules(f.rules)}
+	var c *fastCache
+	if f.fast != nil {
+		if c = f.fast.caches.Get(b.Worker); c != nil && !c.awake() {
+			c = nil
+		}
+	}
+	if c != nil {
+		f.nh.Begin(b, &t.nh)
+		t.nhOn = true
+		if hop, ok := t.nh.Generation(); ok {
+			pkts = f.fastPass(b, c, hop, pkts, &t)
+		} else {
+			c = nil
+		}
+	}
+	if len(pkts) > 0 {
+		f.full(b, pkts, &t)
+		if c != nil {
+			for j, p := range pkts {
+				f.fast.fill(c, &t.bal, int(c.at[j]), j, p)
+			}
+		}
+	}
+	if t.on {
+		t.acct.End()
+	}
+}
 
+// tail is the state of one batch's run through the fused stages: the
+// passes begun, shared by the fast path and the full pipeline.
+type tail struct {
+	src      guard.SourcesPass
+	snap     *flow.Snapshot
+	bal      balance.Pass
+	nh       nexthop.Pass
+	acct     balance.AccountPass
+	nhOn, on bool
+}
+
+// account counts p, beginning the Account stage's pass at the first.
+func (f *fused) account(b *engine.Batch, t *tail, p *engine.Packet) {
+	if !t.on {
+		t.acct = f.acct.Begin(b)
+		t.on = true
+	}
+	t.acct.Packet(p)
+}
+
+// fastPass runs the fast path (see fastPath) over the batch's parsed
+// packets on worker cache c, whose next-hop generation is hop: it
+// encapsulates and counts the hits and returns the misses, in batch
+// order, for the full pipeline (c.at holds their batch indices).
+func (f *fused) fastPass(b *engine.Batch, c *fastCache, hop uint32, pkts []*engine.Packet, t *tail) []*engine.Packet {
+	fp := f.fast
+	c.begin(t.snap, t.src.Prefixes(), hop, f.bal.Now())
+	partial := f.partial != nil
+	var completed uint64
+	nm, hits, looks := 0, 0, 0
+	for i, p := range pkts {
+		c.slot[i] = noSlot
+		if eligible(p) {
+			looks++
+			s := setOf(&p.Key, c.seed)
+			cls := p.StateClass()
+			c.slot[i], c.class[i] = s, cls
+			if e := c.find(s, &p.Key); e != nil && e.class == cls && c.now-e.checked < e.refresh && p.Data()[0]&1 == 0 {
+				if ok, done := fp.hit(e, p, partial); ok {
+					if done {
+						completed++
+					}
+					f.account(b, t, p)
+					hits++
+					continue
+				}
+			}
+			c.keys[i] = p.Key
+		}
+		c.miss[nm], c.at[nm] = p, uint8(i)
+		nm++
+	}
+	if completed != 0 {
+		f.partial.Count(b, completed)
+	}
+	if hits != 0 {
+		c.hits.Add(uint64(hits))
+	}
+	if looks != hits {
+		c.misses.Add(uint64(looks - hits))
+	}
+	c.judge(hits, looks)
+	return c.miss[:nm]
+}
+
+// full runs the fused pipeline (see fused) over pkts, parsed packets of
+// batch b.
+func (f *fused) full(b *engine.Batch, pkts []*engine.Packet, t *tail) {
 	// Pass 1: source filter, partial checksum, uplink VNI.
-	src := f.sources.Begin(b)
-	snap := b.Rules(f.rules)
+	snap := t.snap
 	var vni uint32
 	multi := false // the VIPs are in several VNIs: one probe per packet
 	if snap != nil {
@@ -108,7 +211,7 @@ func (f *fused) Process(b *engine.Batch) {
 	var completed uint64
 	live := 0
 	for _, p := range pkts {
-		if r := src.Check(p); r != 0 {
+		if r := t.src.Check(p); r != 0 {
 			b.Drop(p, r)
 			continue
 		}
@@ -136,20 +239,13 @@ func (f *fused) Process(b *engine.Batch) {
 	// the source filter's and uplink VNI's work in between: measured, see
 	// benchmarks/README.md, session 10), then the lookups finished and
 	// the flows placed.
-	var bal balance.Pass
-	f.bal.Begin(b, &bal)
-	bal.Run(pkts)
-	bal.End()
+	f.bal.Begin(b, &t.bal)
+	t.bal.Run(pkts)
+	t.bal.End()
 
-	// Each of the next stages' passes begins at the first packet that
-	// reaches it, as the pipeline calls a stage only while the batch has
-	// packets left.
-	var (
-		nh       nexthop.Pass
-		acct     balance.AccountPass
-		nhOn, on bool
-	)
-	// Pass 4: encap, next hop, account.
+	// Pass 4: encap, next hop, account. Each of these stages' passes
+	// begins at the first packet that reaches it, as the pipeline calls a
+	// stage only while the batch has packets left.
 	for _, p := range pkts {
 		if p.Verdict != engine.VerdictTX {
 			continue // dropped
@@ -161,22 +257,15 @@ func (f *fused) Process(b *engine.Batch) {
 		if p.Verdict == engine.VerdictEmit {
 			continue // answered with an ICMP error: finished
 		}
-		if !nhOn {
-			f.nh.Begin(b, &nh)
-			nhOn = true
+		if !t.nhOn {
+			f.nh.Begin(b, &t.nh)
+			t.nhOn = true
 		}
-		if r := nh.Packet(p); r != 0 {
+		if r := t.nh.Packet(p); r != 0 {
 			b.Drop(p, r)
 			continue
 		}
-		if !on {
-			acct = f.acct.Begin(b)
-			on = true
-		}
-		acct.Packet(p)
-	}
-	if on {
-		acct.End()
+		f.account(b, t, p)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/xdplb/xdplb/balance"
 	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
@@ -26,19 +27,31 @@ type fusedPair struct {
 	sepMS      muxStages
 	fusMS      muxStages
 	ctl1, ctl2 *Controller
+	ct1, ct2   *flow.ConnTable
+	f          *fused
 	now        int64 // nanoseconds: every clock of both
 }
 
 func newFusedPair(tb testing.TB) *fusedPair {
+	return newFusedPairWith(tb, muxStagesOpts{partial: true}, 1<<12)
+}
+
+// newFusedPairWith is newFusedPair with the options o, whose clock it
+// sets, and connection tables for flows flows. Keep the flows sent below
+// the table's Capacity: each table places keys with a random key of its
+// own, so the two evict differently once full.
+func newFusedPairWith(tb testing.TB, o muxStagesOpts, flows int) *fusedPair {
 	doc := benchDocument(tb)
 	fp := &fusedPair{now: int64(time.Hour)}
-	o := muxStagesOpts{partial: true, clock: func() int64 { return fp.now }}
-	fp.sepMS, fp.ctl1 = newTestMuxStages(tb, doc, muxConnTable(tb, 1<<12), o)
-	fp.fusMS, fp.ctl2 = newTestMuxStages(tb, doc, muxConnTable(tb, 1<<12), o)
+	o.clock = func() int64 { return fp.now }
+	fp.ct1, fp.ct2 = muxConnTable(tb, flows), muxConnTable(tb, flows)
+	fp.sepMS, fp.ctl1 = newTestMuxStages(tb, doc, fp.ct1, o)
+	fp.fusMS, fp.ctl2 = newTestMuxStages(tb, doc, fp.ct2, o)
 	f, err := newFused(fp.fusMS)
 	require.NoError(tb, err)
 	fp.sep = newMuxRigSnapshot(tb, true, fp.ctl1.Snapshot, fp.sepMS.stages()...)
 	fp.fus = newMuxRigSnapshot(tb, true, fp.ctl2.Snapshot, f)
+	fp.f = f
 	return fp
 }
 
@@ -78,6 +91,7 @@ func (fp *fusedPair) counters(t testing.TB) {
 	require.Equal(t, balance.SumAccounts(a.acct), balance.SumAccounts(b.acct), "accounts")
 	require.Equal(t, a.partial.Completed(), b.partial.Completed(), "partial checksums completed")
 	require.Equal(t, a.enc.Stats(), b.enc.Stats(), "encap stats")
+	require.Equal(t, fp.ct1.Len(), fp.ct2.Len(), "connection-table entries")
 }
 
 // TestFusedAgrees runs the same batches through the Mux's separate stages

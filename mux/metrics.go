@@ -32,6 +32,8 @@ var (
 	descProbes    = prometheus.NewDesc("xdplb_probes_total", "Health probes sent, and failed.", []string{"vip_backend", "result"}, nil)
 	descProbeUp   = prometheus.NewDesc("xdplb_probe_state", "Health state per target (0 unknown, 1 up, 2 down).", []string{"vip_backend"}, nil)
 	descAnnounced = prometheus.NewDesc("xdplb_vips_announced", "VIP prefixes the Mux asks BGP to announce.", nil, nil)
+	descFast      = prometheus.NewDesc("xdplb_mux_fastpath_packets_total", "TCP and UDP packets the workers looked up in their caches of established flows' decisions: hit (encapsulated from the cache) or miss (through the full pipeline). Packets of batches with ICMP, and of workers napping, are not looked up.", []string{"result"}, nil)
+	descFastNaps  = prometheus.NewDesc("xdplb_mux_fastpath_naps_total", "Times a worker stopped looking up its cache of flows' decisions for a while because too few packets hit it (too many flows, or too evenly spread).", nil, nil)
 	descUp        = prometheus.NewDesc("xdplb_datapath_up", "1 while the data path forwards; 0 before it starts and once it has failed or stopped (the VIPs are then withdrawn).", nil, nil)
 
 	// Traffic per VIP and per backend, from the workers' Account stages.
@@ -52,7 +54,7 @@ var (
 func (c muxCollector) Describe(ch chan<- *prometheus.Desc) {
 	nodemetrics.Describe(ch)
 	for _, d := range []*prometheus.Desc{descConns, descConnCap, descConnInUse, descConnEv, descConnClass, descVIPConn, descSkew, descBackends, descProbes,
-		descProbeUp, descAnnounced, descUp, descVIPPackets, descVIPBytes, descVIPFlows, descBackPackets, descBackBytes, descBackFlows,
+		descProbeUp, descAnnounced, descFast, descFastNaps, descUp, descVIPPackets, descVIPBytes, descVIPFlows, descBackPackets, descBackBytes, descBackFlows,
 		descReturnPackets, descReturnBytes, descAllocations, descAllocRefused} {
 		ch <- d
 	}
@@ -100,6 +102,20 @@ func (c muxCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descVIPConn, v.Refused, name, "refused")
 		counter(descVIPConn, v.ShareRefused, name, "share_refused")
 	}
+
+	m.mu.Lock()
+	fps := m.fastPaths
+	m.mu.Unlock()
+	var fs fastStats
+	for _, fp := range fps {
+		s := fp.stats()
+		fs.hits += s.hits
+		fs.misses += s.misses
+		fs.naps += s.naps
+	}
+	counter(descFast, fs.hits, "hit")
+	counter(descFast, fs.misses, "miss")
+	counter(descFastNaps, fs.naps)
 
 	nodemetrics.Config(ch, m.watcher.Status())
 

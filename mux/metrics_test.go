@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -311,4 +312,29 @@ func TestCollectorTraffic(t *testing.T) {
 		require.GreaterOrEqual(t, final[k], v, "%s went back", k)
 	}
 	require.Greater(t, final[`xdplb_vip_new_flows_total{vip="web4"}`], after[`xdplb_vip_new_flows_total{vip="web4"}`])
+}
+
+// TestCollectorFastPath: the fast path's hits and misses are exported,
+// summed over the workers' pipelines: after the flows proved themselves
+// (flow.DefaultProveAfter), their packets hit.
+func TestCollectorFastPath(t *testing.T) {
+	r := newMetricsRig(t, 2)
+	frames := benchTargets.Frames(benchFlows(200, muxAgreeMix, 11, true))
+	r.send(frames)
+	time.Sleep(flow.DefaultProveAfter + 50*time.Millisecond) // not timed: the flows may be proven after it
+	r.send(frames)                                           // proven
+	r.send(frames)                                           // kept
+	r.send(frames)                                           // hits
+	all := scrape(t, r.m.Collector())
+	hit, miss := all[`xdplb_mux_fastpath_packets_total{result="hit"}`], all[`xdplb_mux_fastpath_packets_total{result="miss"}`]
+	require.NotZero(t, hit)
+	require.LessOrEqual(t, hit+miss, float64(4*len(frames)))
+	var h, m uint64
+	for _, fp := range r.m.fastPaths {
+		a, b := fp.Stats()
+		h, m = h+a, m+b
+	}
+	require.EqualValues(t, h, hit)
+	require.EqualValues(t, m, miss)
+	require.Contains(t, all, "xdplb_mux_fastpath_naps_total")
 }

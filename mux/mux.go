@@ -196,6 +196,7 @@ type Mux struct {
 	dp        *datapath.DataPath // the data path, set by Run once open
 	accounts  []*balance.Account // one per pipeline (worker), read by the collector
 	balancers []*balance.Stage   // one per pipeline (worker), read by the collector
+	fastPaths []*fastPath        // one per pipeline (worker) that has one, read by the collector
 	// partial completes the partial checksums of frames from senders on
 	// this machine; shared by every worker's pipeline.
 	partial *engine.PartialChecksums
@@ -791,6 +792,11 @@ func (m *Mux) pipeline(seed uint64, uplink int, resolver nexthop.Source, workers
 		enc: enc, nh: nh, acct: acct})
 	if err != nil {
 		return nil, err
+	}
+	if f.fast != nil {
+		m.mu.Lock()
+		m.fastPaths = append(m.fastPaths, f.fast)
+		m.mu.Unlock()
 	}
 	return engine.NewPipeline(f), nil
 }

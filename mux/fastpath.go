@@ -1,0 +1,407 @@
+package mux
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"sync/atomic"
+
+	"github.com/xdplb/xdplb/balance"
+	"github.com/xdplb/xdplb/encap"
+	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/guard"
+	"github.com/xdplb/xdplb/header"
+)
+
+// The fast path: each worker remembers, per flow, the whole decision the
+// fused pipeline made for an established flow's packet — the outer headers
+// it wrote (with the next hop's MACs), the inner MACs, the rule, backend,
+// hash and output port — and encapsulates the flow's next packets from it,
+// without the source filter's, the rule's, the connection table's,
+// Maglev's and the next hop's lookups. Every other packet runs the fused
+// pipeline as before, and fills the cache when it may.
+//
+// A decision is kept only for a packet the balancing stage placed by a
+// proven flow's connection-table entry of the packet's own class
+// (balance.Pass.Settled: established TCP without SYN, FIN or RST, or UDP),
+// at a backend that is up, encapsulated in IPv4 and sent to a resolved
+// next hop. It is used for a later packet only if everything it depends on
+// holds:
+//   - the same flow key, and a packet of the same class: a SYN, FIN or RST
+//     runs the full pipeline (and a FIN or RST that changes the entry
+//     removes the decision), as do fragments, ICMP and anything else;
+//   - the same worker epoch: the batch's rule snapshot (rules, backends
+//     and their health), the source filter's prefix set and the next-hop
+//     stage's generation (a new resolver version, or every 1024 batches,
+//     nexthop.Pass.Generation) are those the decision was made under; a
+//     new snapshot also empties the cache, so that it holds no rule of an
+//     old one;
+//   - not older than the connection table's refresh interval for its
+//     class (flow.ConnTable.RefreshAfter): the flow then runs the full
+//     pipeline once, whose lookup refreshes its entry, so the entry of a
+//     flow the fast path serves never idles out, and a change another
+//     worker made to it is seen within that interval;
+//   - the packet itself: not addressed to an Ethernet group address (the
+//     source filter's per-packet check), its TTL above 1, the tunnel
+//     within the MTU and the headroom enough; otherwise the full pipeline
+//     answers it (ICMP error, drop) as it would have.
+//
+// A hit writes what the full pipeline writes — the inner TTL decremented,
+// the outer TOS, lengths and IPv4 checksum patched for the packet — and is
+// counted by the Account stage as the full pipeline counts it; it completes
+// a partial checksum as the partial-checksum stage does. Its output bytes,
+// drop reasons and counters are those of the pipeline without the fast
+// path: TestFastPathAgrees and FuzzFastPath compare them.
+//
+// Each worker's cache is two-way set-associative, fastSlots entries of
+// about 160 bytes (1.3 MB), made on the worker's first batch; a batch without a worker index
+// (made by hand) does not use it.
+type fastPath struct {
+	caches   engine.PerWorker[fastCache]
+	ct       *flow.ConnTable
+	decTTL   bool
+	keepSrc  bool // the inner Ethernet source is the frame's own (encap: no InnerSrcMAC)
+	mtu      int
+	slowPath bool
+	slowPort uint16
+}
+
+const (
+	fastSetBits = 12
+	fastWays    = 2
+	fastSlots   = fastWays << fastSetBits
+	noSlot      = ^uint32(0)
+)
+
+// fastEntry is one flow's decision, valid in its cache's epoch.
+type fastEntry struct {
+	key     flow.Key // as parsed, VNI 0
+	vni     uint32   // the key's VNI after the uplink VNI stage
+	epoch   uint64
+	rule    *flow.Rule
+	hash    uint64
+	backend int32
+	checked flow.Tick // when the full pipeline last placed the flow
+	refresh flow.Tick // flow.ConnTable.RefreshAfter(class)
+	out     uint16
+	class   flow.StateClass
+	w0, w1  uint16   // the template's IPv4 words 0 (version, IHL, TOS) and 1 (total length)
+	csum    uint16   // and its checksum
+	tmpl    [62]byte // the outer headers (50 bytes), then the inner MACs
+}
+
+// fastCache is one worker's cache, and its state for the batch it runs.
+type fastCache struct {
+	epoch uint64 // entries of this epoch are valid; 0 is never one
+	snap  *flow.Snapshot
+	set   *guard.Prefixes
+	hop   uint32
+	seed  uint64
+	now   flow.Tick
+	turn  uint32 // which of a full set's entries the next fill takes
+
+	// The hit ratio over a window of fastWindow batches; a window with
+	// fewer than one hit in fastMinRatio lookups puts the cache to
+	// sleep for nap batches (doubled after each such window, up to
+	// fastMaxNap, and back to fastMinNap after a good one).
+	window, winHits, winLooks uint32
+	sleep, nap                uint32
+
+	hits, misses, naps atomic.Uint64 // packets looked up, and naps: for the metrics
+
+	// Of the batch running: each packet's slot (noSlot: not eligible),
+	// class and key as parsed (the pipeline changes the key's VNI).
+	slot  [engine.MaxBatch]uint32
+	class [engine.MaxBatch]flow.StateClass
+	keys  [engine.MaxBatch]flow.Key
+	miss  [engine.MaxBatch]*engine.Packet
+	at    [engine.MaxBatch]uint8 // a miss's index in the batch
+
+	e [fastSlots]fastEntry
+}
+
+// newFastPath returns the fast path for the fused stages f, or nil when
+// they cannot keep decisions: no connection table.
+func newFastPath(m *muxStages) *fastPath {
+	ct := m.bal.Conns()
+	if ct == nil {
+		return nil
+	}
+	ec := m.enc.Config()
+	nc := m.nh.Config()
+	fp := &fastPath{ct: ct, decTTL: ec.DecrementTTL, keepSrc: ec.InnerSrcMAC == header.MAC{}, mtu: ec.MTU,
+		slowPath: nc.SlowPath, slowPort: nc.SlowPort}
+	fp.caches.New = func() *fastCache { return &fastCache{seed: rand.Uint64() | 1} }
+	return fp
+}
+
+// Stats returns the packets the fast path encapsulated (hits) and those
+// it looked up that ran the full pipeline (misses).
+func (fp *fastPath) Stats() (hits, misses uint64) {
+	s := fp.stats()
+	return s.hits, s.misses
+}
+
+// fastStats are a fast path's counters, summed over workers.
+type fastStats struct{ hits, misses, naps uint64 }
+
+func (fp *fastPath) stats() (s fastStats) {
+	if fp == nil {
+		return s
+	}
+	fp.caches.Range(func(_ int, c *fastCache) bool {
+		s.hits += c.hits.Load()
+		s.misses += c.misses.Load()
+		s.naps += c.naps.Load()
+		return true
+	})
+	return s
+}
+
+// The fast path's sleep: a worker whose flows are too many, or too
+// evenly spread, for its cache (a million flows sending in turn) pays
+// for the lookups and fills of packets that never hit. Over each window
+// of fastWindow batches the worker counts its hits; with fewer than one
+// in fastMinRatio of its lookups it runs the full pipeline alone for a
+// nap of fastMinNap batches, doubled after every poor window up to
+// fastMaxNap (at 64 packets a batch and 3 Mpps, 0.35 s), then tries
+// again. Waking starts a new epoch: the full pipeline did not keep the
+// cache current while it slept.
+const (
+	fastWindow   = 64
+	fastMinRatio = 8
+	fastMinNap   = 256
+	fastMaxNap   = 16384
+)
+
+// awake reports whether the cache is used for the next batch, counting
+// a nap down.
+func (c *fastCache) awake() bool {
+	if c.sleep == 0 {
+		return true
+	}
+	c.sleep--
+	if c.sleep == 0 {
+		c.epoch++ // the decisions kept before the nap are stale
+		c.window, c.winHits, c.winLooks = 0, 0, 0
+	}
+	return false
+}
+
+// judge adds a batch's hits and lookups to the window, and ends the
+// window when it is full: a nap if the hits were too few.
+func (c *fastCache) judge(hits, looks int) {
+	c.winHits += uint32(hits)
+	c.winLooks += uint32(looks)
+	if c.window++; c.window < fastWindow {
+		return
+	}
+	if c.winHits*fastMinRatio < c.winLooks {
+		c.nap = min(max(c.nap*2, fastMinNap), fastMaxNap)
+		c.sleep = c.nap
+		c.naps.Add(1)
+	} else {
+		c.nap = 0
+	}
+	c.window, c.winHits, c.winLooks = 0, 0, 0
+}
+
+// begin readies worker cache c for a batch of snapshot snap, source
+// prefixes set and next-hop generation hop at tick now.
+func (c *fastCache) begin(snap *flow.Snapshot, set *guard.Prefixes, hop uint32, now flow.Tick) {
+	if snap != c.snap {
+		clear(c.e[:]) // hold no rule of an old snapshot
+		c.snap = snap
+		c.epoch++
+	}
+	if set != c.set || hop != c.hop {
+		c.set, c.hop = set, hop
+		c.epoch++
+	}
+	if c.epoch == 0 {
+		c.epoch = 1
+	}
+	c.now = now
+}
+
+// setOf places key k in a cache of seed seed: the index of the set's
+// first entry.
+func setOf(k *flow.Key, seed uint64) uint32 {
+	const m1, m2, m3, m4 = 0x9e3779b97f4a7c15, 0xc2b2ae3d27d4eb4f, 0x165667b19e3779f9, 0xd6e8feb86659fd93
+	le := binary.LittleEndian
+	h := (le.Uint64(k.Src[0:])^seed)*m1 + le.Uint64(k.Src[8:])*m2 +
+		le.Uint64(k.Dst[0:])*m3 + le.Uint64(k.Dst[8:])*m4 +
+		(uint64(k.SrcPort)|uint64(k.DstPort)<<16|uint64(k.Proto)<<32|uint64(k.Family)<<40|uint64(k.VNI)<<48)*m1
+	h ^= h >> 29
+	return uint32((h*m2)>>(64-fastSetBits)) * fastWays
+}
+
+// find returns the entry of set s that holds key k in the cache's epoch,
+// or nil.
+func (c *fastCache) find(s uint32, k *flow.Key) *fastEntry {
+	if e := &c.e[s]; e.epoch == c.epoch && sameKey(&e.key, k) {
+		return e
+	}
+	if e := &c.e[s+1]; e.epoch == c.epoch && sameKey(&e.key, k) {
+		return e
+	}
+	return nil
+}
+
+// sameKey is a == b in five word loads a side (the generated comparison
+// of the 44-byte struct calls memequal).
+func sameKey(a, b *flow.Key) bool {
+	le := binary.LittleEndian
+	return le.Uint64(a.Src[0:])^le.Uint64(b.Src[0:])|le.Uint64(a.Src[8:])^le.Uint64(b.Src[8:])|
+		le.Uint64(a.Dst[0:])^le.Uint64(b.Dst[0:])|le.Uint64(a.Dst[8:])^le.Uint64(b.Dst[8:]) == 0 &&
+		a.VNI == b.VNI && a.SrcPort == b.SrcPort && a.DstPort == b.DstPort && a.Proto == b.Proto && a.Family == b.Family
+}
+
+// place returns the entry of set s to keep key k's decision in: the one
+// holding k, else one not valid in the epoch, else the two in turn.
+func (c *fastCache) place(s uint32, k *flow.Key) *fastEntry {
+	e0, e1 := &c.e[s], &c.e[s+1]
+	switch {
+	case sameKey(&e0.key, k):
+		return e0
+	case sameKey(&e1.key, k):
+		return e1
+	case e0.epoch != c.epoch:
+		return e0
+	case e1.epoch != c.epoch:
+		return e1
+	}
+	c.turn++
+	if c.turn&1 == 0 {
+		return e0
+	}
+	return e1
+}
+
+// eligible reports whether p, parsed, may be a hit: a TCP or UDP packet
+// of IPv4 or IPv6 with its ports, not a fragment.
+func eligible(p *engine.Packet) bool {
+	return p.Flags&(engine.FlagL4|engine.FlagFragment) == engine.FlagL4 &&
+		p.Flags&(engine.FlagIPv4|engine.FlagIPv6) != 0 &&
+		(p.L4Proto == flow.ProtoTCP || p.L4Proto == flow.ProtoUDP)
+}
+
+// hit encapsulates p by entry e and reports true, or reports false and
+// leaves p as it was when p needs the full pipeline: its TTL expires, its
+// tunnel exceeds the MTU, it lacks headroom. completed reports that it
+// completed p's partial checksum (when partial is set).
+func (fp *fastPath) hit(e *fastEntry, p *engine.Packet, partial bool) (ok, completed bool) {
+	data := p.Data()
+	l3 := int(p.L3Off)
+	var (
+		l3len   int
+		tc, ttl uint8
+		ip4     header.IPv4
+		ip6     header.IPv6
+	)
+	if p.Flags&engine.FlagIPv4 != 0 {
+		if l3+header.IPv4MinSize > len(data) {
+			return false, false
+		}
+		ip4 = header.IPv4(data[l3:])
+		l3len, tc, ttl = int(ip4.TotalLength()), ip4.TOS(), ip4.TTL()
+	} else {
+		if l3+header.IPv6Size > len(data) {
+			return false, false
+		}
+		ip6 = header.IPv6(data[l3:])
+		l3len, tc, ttl = header.IPv6Size+int(ip6.PayloadLength()), ip6.TrafficClass(), ip6.HopLimit()
+	}
+	const hdr = encap.OverheadIPv4
+	start := l3 - header.EthernetSize // where the untagged inner frame starts
+	inner := header.EthernetSize + l3len
+	if start < 0 || l3+l3len > len(data) || fp.decTTL && ttl <= 1 ||
+		hdr-header.EthernetSize+inner > fp.mtu || p.Headroom()+start < hdr {
+		return false, false
+	}
+	if partial {
+		completed = engine.Complete(p)
+	}
+	if fp.decTTL {
+		if ip4 != nil {
+			ip4.SetTTLWithChecksumUpdate(ttl - 1)
+		} else {
+			ip6.SetHopLimit(ttl - 1)
+		}
+	}
+	if fp.keepSrc {
+		copy(data[start+6:start+12], data[6:12])
+		copy(data[start:start+6], e.tmpl[50:56])
+	} else {
+		copy(data[start:start+12], e.tmpl[50:62])
+	}
+	binary.BigEndian.PutUint16(data[start+12:], p.EtherType)
+	p.TrimFront(start)
+	p.SetLen(inner)
+	out, _ := p.Prepend(hdr)
+	*(*[hdr]byte)(out) = [hdr]byte(e.tmpl[:hdr])
+	// The template's TOS and total length are the first packet's: patch
+	// them and the checksum (RFC 1624: sum over the words that changed).
+	w0 := e.w0&0xff00 | uint16(tc)
+	w1 := uint16(hdr - header.EthernetSize + inner)
+	binary.BigEndian.PutUint16(out[14:], w0)
+	binary.BigEndian.PutUint16(out[16:], w1)
+	sum := uint32(^e.csum) + uint32(^e.w0) + uint32(w0) + uint32(^e.w1) + uint32(w1)
+	sum = sum&0xffff + sum>>16
+	sum = sum&0xffff + sum>>16
+	binary.BigEndian.PutUint16(out[24:], ^uint16(sum))
+	binary.BigEndian.PutUint16(out[38:], uint16(header.UDPSize+header.VXLANSize+inner))
+	p.Key.VNI = e.vni
+	p.Rule, p.Backend, p.Hash = e.rule, e.backend, e.hash
+	p.OutPort = e.out
+	return true, completed
+}
+
+// fill keeps the decision the full pipeline made for p — the miss at
+// index j of the batch's misses, whose batch index is i — when p may be
+// kept (see fastPath), and otherwise forgets any decision of p's flow.
+func (fp *fastPath) fill(c *fastCache, bal *balance.Pass, i, j int, p *engine.Packet) {
+	s := c.slot[i]
+	if s == noSlot {
+		return
+	}
+	d := p.Data()
+	if p.Verdict != engine.VerdictTX || !bal.Settled(j) || p.Rule == nil || fp.slowPath && p.OutPort == fp.slowPort ||
+		len(d) < 62 || binary.BigEndian.Uint16(d[12:]) != header.EtherTypeIPv4 {
+		c.drop(s, &c.keys[i])
+		return
+	}
+	e := c.place(s, &c.keys[i])
+	e.key, e.vni, e.epoch = c.keys[i], p.Key.VNI, c.epoch
+	e.rule, e.hash, e.backend = p.Rule, p.Hash, p.Backend
+	e.checked, e.refresh = c.now, fp.ct.RefreshAfter(c.class[i])
+	e.out, e.class = p.OutPort, c.class[i]
+	e.tmpl = [62]byte(d)
+	e.w0 = binary.BigEndian.Uint16(d[14:])
+	e.w1 = binary.BigEndian.Uint16(d[16:])
+	e.csum = binary.BigEndian.Uint16(d[24:])
+}
+
+// forget removes the decisions of the TCP and UDP packets of a batch that
+// runs through the separate stages (one with ICMP): a FIN or RST among
+// them changes its flow's entry, which the cache would not see.
+func (fp *fastPath) forget(b *engine.Batch) {
+	c := fp.caches.Get(b.Worker)
+	if c == nil {
+		return
+	}
+	for _, p := range b.Packets() {
+		if eligible(p) {
+			c.drop(setOf(&p.Key, c.seed), &p.Key)
+		}
+	}
+}
+
+// drop removes key k's decision from set s.
+func (c *fastCache) drop(s uint32, k *flow.Key) {
+	for w := range uint32(fastWays) {
+		if e := &c.e[s+w]; sameKey(&e.key, k) {
+			e.epoch = 0
+		}
+	}
+}
