@@ -111,3 +111,16 @@ func DefaultTimeouts() Timeouts {
 		UDP:         60 * time.Second,
 	}
 }
+
+// RefreshAfter returns how stale an entry of class c may get before a
+// lookup refreshes its last-seen tick (1/32 of the class's timeout): a
+// caller that remembers a flow's entry between lookups (the Mux's fast
+// path) looks it up again at least this often, so that the entry of a
+// flow it keeps serving never idles out. For ClassUntrusted, whose
+// entries lookups never refresh, it returns 0.
+func (t *ConnTable) RefreshAfter(c StateClass) Tick {
+	if c >= ctClasses || c == ClassUntrusted {
+		return 0
+	}
+	return Tick(t.slack[c])
+}

@@ -416,19 +416,6 @@ func ctBucketsFor(n int, grow bool) int {
 // Config returns the configuration in force, defaults filled in.
 func (t *ConnTable) Config() ConnTableConfig { return t.cfg }
 
-// RefreshAfter returns how stale an entry of class c may get before a
-// lookup refreshes its last-seen tick (1/32 of the class's timeout): a
-// caller that remembers a flow's entry between lookups (the Mux's fast
-// path) looks it up again at least this often, so that the entry of a
-// flow it keeps serving never idles out. For ClassUntrusted, whose
-// entries lookups never refresh, it returns 0.
-func (t *ConnTable) RefreshAfter(c StateClass) Tick {
-	if c >= ctClasses || c == ClassUntrusted {
-		return 0
-	}
-	return Tick(t.slack[c])
-}
-
 // Now returns the current tick. Call it once per batch, not per packet.
 func (t *ConnTable) Now() Tick { return t.TickAt(time.Now()) }
 
