@@ -123,7 +123,12 @@
 // Every RefreshInterval every entry is resolved again and the mirror is
 // reloaded (the rules always, the routes when there are at most 65536 of
 // them), as a safety net; if the kernel overruns a subscription socket
-// Run resubscribes, dumps again and resolves everything again. Entries of
+// Run resubscribes, dumps again and resolves everything again. A route
+// query that fails without an answer (EINTR, ENOBUFS, a socket error; not
+// the kernel's "no route", cached like any answer) changes nothing cached:
+// an entry keeps its answer, a new destination stays a miss, so that the
+// next Lookup asks again, and either is asked again at the next
+// RetryInterval tick (Stats.RouteErrors counts such failures). Entries of
 // both kinds not looked up for IdleTimeout are forgotten; every idle sweep
 // publishes a new version, so that data-path caches (Stage's) look up
 // again, and mark as used, the destinations they keep sending to.

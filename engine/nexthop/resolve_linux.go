@@ -1,6 +1,7 @@
 package nexthop
 
 import (
+	"errors"
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
@@ -31,7 +32,18 @@ func (st *runState) resolve(p netip.Prefix) {
 		dst = old.rep
 	}
 	st.r.stats.resolutions.Add(1)
-	ne, q := st.route(dst)
+	ne, q, err := st.route(dst)
+	if err != nil {
+		// The query failed, not the destination: keep what is cached
+		// (for a new destination nothing, so that the next Lookup asks
+		// again) and ask again at the next tick.
+		st.r.stats.routeErrors.Add(1)
+		st.r.cfg.Logger.Debug("nexthop: route query failed; asking again", "dst", dst, "err", err)
+		if len(st.retry) < st.r.cfg.QueueLen {
+			st.retry[p] = struct{}{}
+		}
+		return
+	}
 	if ne.nh != (neighKey{}) {
 		st.applyNeigh(ne)
 	}
@@ -96,20 +108,24 @@ func (st *runState) covered(a netip.Addr) (netip.Prefix, bool) {
 // route fills the route part of an entry for dst and returns the key it
 // answers for: dst's own, or with prefix caching, for a destination behind
 // a single-path gateway route, the largest prefix around dst inside that
-// route's prefix that no other route or rule splits.
-func (st *runState) route(dst netip.Addr) (*entry, netip.Prefix) {
+// route's prefix that no other route or rule splits. An error means the
+// route query itself failed (see noRouteAnswer): there is no answer.
+func (st *runState) route(dst netip.Addr) (*entry, netip.Prefix, error) {
 	self := destKey(dst)
-	routes, err := st.h.RouteGet(dst.AsSlice())
+	routes, err := st.routeGet(dst.AsSlice())
+	if err != nil && !noRouteAnswer(err) {
+		return nil, self, err
+	}
 	if err != nil || len(routes) == 0 {
-		return &entry{state: stateFailed, err: ErrNoRoute}, self
+		return &entry{state: stateFailed, err: ErrNoRoute}, self, nil
 	}
 	rt := routes[0]
 	if rt.Type != unix.RTN_UNICAST {
-		return &entry{state: stateFailed, err: ErrNotUnicast}, self
+		return &entry{state: stateFailed, err: ErrNotUnicast}, self, nil
 	}
 	li, ok := st.link(rt.LinkIndex)
 	if !ok {
-		return &entry{state: stateFailed, err: ErrNotEthernet, hop: Hop{IfIndex: rt.LinkIndex}}, self
+		return &entry{state: stateFailed, err: ErrNotEthernet, hop: Hop{IfIndex: rt.LinkIndex}}, self, nil
 	}
 	e := &entry{hop: Hop{IfIndex: rt.LinkIndex, SrcMAC: li.mac}}
 	if src, ok := netip.AddrFromSlice(rt.Src); ok {
@@ -123,10 +139,27 @@ func (st *runState) route(dst netip.Addr) (*entry, netip.Prefix) {
 	e.nh = neighKey{int32(rt.LinkIndex), nh.As16()}
 	if e.hop.Gateway.IsValid() && st.prefix {
 		if q, ok := st.fibPrefix(dst, &rt); ok {
-			return e, q
+			return e, q, nil
 		}
 	}
-	return e, self
+	return e, self, nil
+}
+
+// noRouteAnswer reports whether a failed route query is the kernel's
+// answer for the destination: no route matched it (ENETUNREACH, also for
+// a "throw" route; ESRCH), or the route that matched refuses it
+// (EHOSTUNREACH for "unreachable", EACCES for "prohibit", EINVAL for
+// "blackhole"). Such an answer is cached like any other, until a route
+// change or the next refresh. Any other error (EINTR, ENOBUFS, EAGAIN for
+// a socket timeout, a malformed or mismatched reply) is a failure of the
+// query that says nothing about the destination: it is not cached.
+func noRouteAnswer(err error) bool {
+	for _, e := range [...]unix.Errno{unix.ENETUNREACH, unix.EHOSTUNREACH, unix.ESRCH, unix.EACCES, unix.EINVAL} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // gatewayOf returns a route's gateway (RTA_GATEWAY, or RTA_VIA for an IPv4
@@ -262,5 +295,6 @@ func (st *runState) remove(p netip.Prefix, e *entry) {
 // evict forgets an idle entry.
 func (st *runState) evict(p netip.Prefix, e *entry) {
 	st.r.stats.evictions.Add(1)
+	delete(st.retry, p)
 	st.remove(p, e)
 }

@@ -27,7 +27,7 @@ type Resolver struct {
 
 	stats struct {
 		resolutions, neighEvents, routeEvents, linkEvents, triggers, resyncs, evictions atomic.Uint64
-		fibMatches, prefixesLearned, covered                                            atomic.Uint64
+		fibMatches, prefixesLearned, covered, routeErrors                               atomic.Uint64
 	}
 }
 
@@ -41,6 +41,7 @@ type Stats struct {
 	Prefixes int
 
 	Resolutions     uint64 // destinations and prefix entries resolved (an RTM_GETROUTE each)
+	RouteErrors     uint64 // of those, route queries that failed without an answer (EINTR, ENOBUFS, a socket error...): nothing cached, asked again
 	FIBMatches      uint64 // FIB-match lookups made to learn a route's prefix
 	PrefixesLearned uint64 // prefix entries made
 	Covered         uint64 // misses that reached Run and were answered by a prefix entry learned meanwhile, with no FIB lookup
@@ -139,6 +140,7 @@ func (r *Resolver) Stats() Stats {
 		FIBMatches:      r.stats.fibMatches.Load(),
 		PrefixesLearned: r.stats.prefixesLearned.Load(),
 		Covered:         r.stats.covered.Load(),
+		RouteErrors:     r.stats.routeErrors.Load(),
 		NeighborEvents:  r.stats.neighEvents.Load(),
 		RouteEvents:     r.stats.routeEvents.Load(),
 		LinkEvents:      r.stats.linkEvents.Load(),

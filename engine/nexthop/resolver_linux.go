@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"runtime"
 	"time"
@@ -19,6 +20,9 @@ type sysState struct {
 	ns    netns.NsHandle // the namespace resolved in; valid only when ownNS
 	ownNS bool
 	h     *netlink.Handle
+	// routeGet, when set, replaces h.RouteGet as Run's route query (a
+	// test seam: it can fail the way the kernel's socket sometimes does).
+	routeGet func(dst net.IP) ([]netlink.Route, error)
 }
 
 // subscribeNS returns the namespace for the calling thread, which must be
@@ -106,6 +110,7 @@ func (r *Resolver) Run(ctx context.Context) error {
 	st := &runState{
 		r:         r,
 		h:         r.sys.h,
+		routeGet:  r.sys.routeGet,
 		managed:   !r.cfg.DisableManaged && managedSupported(kernelRelease()),
 		prefix:    !r.cfg.DisablePrefixCache,
 		cur:       make(map[netip.Prefix]*entry),
@@ -120,6 +125,10 @@ func (r *Resolver) Run(ctx context.Context) error {
 		triggered: make(map[neighKey]time.Time),
 		dirty:     make(map[netip.Prefix]struct{}),
 		spare:     make(map[netip.Prefix]struct{}),
+		retry:     make(map[netip.Prefix]struct{}),
+	}
+	if st.routeGet == nil {
+		st.routeGet = st.h.RouteGet
 	}
 	defer st.releaseManaged()
 
@@ -188,10 +197,11 @@ type linkInfo struct {
 // Entries are keyed by prefix: a destination's key is its full-length
 // prefix (/32, /128), a prefix entry's the prefix it answers for.
 type runState struct {
-	r       *Resolver
-	h       *netlink.Handle
-	managed bool // trigger with managed entries (else NTF_USE)
-	prefix  bool // learn prefix entries (Config.DisablePrefixCache unset)
+	r        *Resolver
+	h        *netlink.Handle
+	routeGet func(dst net.IP) ([]netlink.Route, error) // h.RouteGet but in tests
+	managed  bool                                      // trigger with managed entries (else NTF_USE)
+	prefix   bool                                      // learn prefix entries (Config.DisablePrefixCache unset)
 
 	cur     map[netip.Prefix]*entry                // the next snapshot's contents
 	pkeys   map[netip.Prefix]struct{}              // the prefix entries among cur
@@ -211,6 +221,7 @@ type runState struct {
 	ours                   map[neighKey]struct{}     // neighbours we made managed
 	triggered              map[neighKey]time.Time    // last trigger per neighbour
 	dirty, spare           map[netip.Prefix]struct{} // entries or destinations to resolve (again)
+	retry                  map[netip.Prefix]struct{} // whose route query failed: resolved again at the next tick
 	routeDirt              []netip.Prefix            // changed route prefixes not yet applied
 	routeAll               bool                      // too many route changes: recheck everything
 	changed                bool                      // cur differs from the published snapshot
@@ -359,9 +370,14 @@ func (st *runState) onLink(u netlink.LinkUpdate) {
 	}
 }
 
-// onTick retries unresolved neighbours, refreshes and sweeps idle entries.
+// onTick retries unresolved neighbours and failed route queries, refreshes
+// and sweeps idle entries.
 func (st *runState) onTick(now time.Time) {
 	cfg := &st.r.cfg
+	for p := range st.retry {
+		st.dirty[p] = struct{}{}
+	}
+	clear(st.retry)
 	for _, e := range st.cur {
 		if e.state != stateResolved && e.nh != (neighKey{}) {
 			st.ensure(e.nh, false)

@@ -34,6 +34,13 @@ func startResolver(t *testing.T, ns *netlab.NS, cfg Config) *Resolver {
 	cfg.NetNSPath = ns.Path()
 	r, err := NewResolver(cfg)
 	require.NoError(t, err)
+	runResolver(t, r)
+	return r
+}
+
+// runResolver runs r until the test ends.
+func runResolver(t *testing.T, r *Resolver) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	runErr := make(chan error, 1)
 	go func() { runErr <- r.Run(ctx) }()
@@ -42,7 +49,6 @@ func startResolver(t *testing.T, ns *netlab.NS, cfg Config) *Resolver {
 		assert.NoError(t, <-runErr)
 		assert.NoError(t, r.Close())
 	})
-	return r
 }
 
 func testCtx(t *testing.T) context.Context {
