@@ -37,6 +37,9 @@
 // value ends the walk and is returned as the protocol: the transport
 // protocols, but also AH (51), ESP (50) and No Next Header (59), which are
 // not walked. A non-first fragment also ends the walk.
+// IPv6.QuotedTransportHeader walks the same chain in the packet an ICMPv6
+// error quotes, which may stop short of its Payload Length: as far as the
+// quote goes, a header that runs past its end being ErrExtension.
 //
 // # Checksums
 //

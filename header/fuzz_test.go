@@ -196,9 +196,25 @@ func FuzzIPv6TransportHeader(f *testing.F) {
 	f.Add(ext(ProtoHopByHop, opt(ProtoDestOpts, 1), opt(ProtoRouting, 0), fragHdr(ProtoDestOpts, 0, true), opt(ProtoTCP, 0)))
 	f.Add(ext(ProtoFragment, fragHdr(ProtoUDP, 8, true)))
 	f.Add(make([]byte, 40))
+	// An ICMPv6 error's quote: Destination Options and a first Fragment
+	// header, cut after the TCP ports, its Payload Length the packet's.
+	quote := ext(ProtoDestOpts, opt(ProtoFragment, 0), fragHdr(ProtoTCP, 0, true))
+	IPv6(quote).SetPayloadLength(1400)
+	f.Add(quote[:IPv6Size+16+4])
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ip := IPv6(b)
 		proto, off, frag, err := ip.TransportHeader()
+		// The same packet as an ICMPv6 error's quote: walked alike when it
+		// is whole; otherwise within what the quote holds.
+		qproto, qoff, qfrag, qerr := ip.QuotedTransportHeader()
+		switch {
+		case err == nil && (qerr != nil || qproto != proto || qoff != off || qfrag != frag):
+			t.Fatalf("whole packet: TransportHeader %d %d %+v, QuotedTransportHeader %d %d %+v %v", proto, off, frag, qproto, qoff, qfrag, qerr)
+		case qerr != nil && (qoff != 0 || qproto != 0 || qfrag.Present):
+			t.Fatalf("quote: error %v with results %d %d %+v", qerr, qproto, qoff, qfrag)
+		case qerr == nil && (qoff < IPv6Size || qoff > len(b)):
+			t.Fatalf("quote: offset %d outside [40, %d]", qoff, len(b))
+		}
 		if err != nil {
 			if off != 0 || proto != 0 || frag.Present {
 				t.Fatalf("error %v with results %d %d %+v", err, proto, off, frag)

@@ -132,20 +132,39 @@ func (f IPv6Frag) IsFragment() bool { return f.Present && (f.Offset != 0 || f.Mo
 // IPv6MaxExtensionHeaders headers. The version is not checked. It never
 // panics, whatever ip holds, and never allocates.
 func (ip IPv6) TransportHeader() (proto uint8, off int, frag IPv6Frag, err error) {
-	proto, off, frag, _, err = ip.walk()
+	proto, off, frag, _, err = ip.walk(false)
+	return proto, off, frag, err
+}
+
+// QuotedTransportHeader is TransportHeader for the packet an ICMPv6 error
+// quotes, which holds only the packet's first bytes: the chain is walked
+// within ip or within 40+PayloadLength, whichever ends first, instead of
+// failing when ip is shorter than its Payload Length says. An extension
+// header that runs past that end, like one that is malformed, misplaced
+// or one too many, gives ErrExtension; ErrTruncated means ip is shorter
+// than the fixed header. The offset returned may equal len(ip) (nothing
+// of the transport header quoted). The version is not checked. It never
+// panics and never allocates.
+func (ip IPv6) QuotedTransportHeader() (proto uint8, off int, frag IPv6Frag, err error) {
+	proto, off, frag, _, err = ip.walk(true)
 	return proto, off, frag, err
 }
 
 // walk is TransportHeader that also reports whether a Routing header with
 // Segments Left > 0 was seen: then the final destination, which the
 // transport pseudo-header uses, is in the Routing header, not in Dst.
-func (ip IPv6) walk() (proto uint8, off int, frag IPv6Frag, routed bool, err error) {
+// With quoted it is QuotedTransportHeader: a packet cut short is walked
+// as far as it goes.
+func (ip IPv6) walk(quoted bool) (proto uint8, off int, frag IPv6Frag, routed bool, err error) {
 	if len(ip) < IPv6Size {
 		return 0, 0, frag, false, ErrTruncated
 	}
 	end := IPv6Size + int(binary.BigEndian.Uint16(ip[ipv6PayloadLen:]))
 	if end > len(ip) {
-		return 0, 0, frag, false, ErrTruncated
+		if !quoted {
+			return 0, 0, frag, false, ErrTruncated
+		}
+		end = len(ip)
 	}
 	b := ip[:end]
 	proto = b[ipv6NextHeader]

@@ -114,7 +114,7 @@ func RewriteIPv6Packet(ip IPv6, side Side, addr [16]byte, port uint16) error {
 	if err := ip.Check(); err != nil {
 		return err
 	}
-	proto, off, frag, routed, err := ip.walk()
+	proto, off, frag, routed, err := ip.walk(false)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package header
 
 import (
 	"encoding/binary"
+	"slices"
 	"testing"
 )
 
@@ -203,6 +204,55 @@ func TestIPv6TransportHeader(t *testing.T) {
 	equal(t, false, IPv6Frag{Present: true, More: true}.NonFirst())
 	equal(t, true, IPv6Frag{Present: true, More: true}.IsFragment())
 	equal(t, false, IPv6Frag{Present: true}.IsFragment())
+}
+
+// TestIPv6QuotedTransportHeader: the packet an ICMPv6 error quotes is cut
+// short of its Payload Length; its extension chain is walked as far as the
+// quote goes. TransportHeader refuses such a packet (ErrTruncated).
+func TestIPv6QuotedTransportHeader(t *testing.T) {
+	// quoted is a packet of 1400 bytes of payload behind hdrs, cut after n
+	// bytes (its Payload Length kept).
+	quoted := func(n int, first uint8, hdrs ...[]byte) []byte {
+		b := ext(first, hdrs...)
+		IPv6(b).SetPayloadLength(1400)
+		return b[:n]
+	}
+	// Hop-by-Hop (16 bytes), Routing (8), Fragment (8), then TCP at 72.
+	chain := [][]byte{opt(ProtoRouting, 1), opt(ProtoFragment, 0), fragHdr(ProtoTCP, 0, true)}
+	first := IPv6Frag{Present: true, More: true, ID: 0x01020304}
+	tests := []struct {
+		name      string
+		b         []byte
+		wantProto uint8
+		wantOff   int
+		wantFrag  IPv6Frag
+		wantErr   error
+	}{
+		{"no extensions", quoted(48, ProtoTCP), ProtoTCP, 40, IPv6Frag{}, nil},
+		{"chain and ports", quoted(72+4, ProtoHopByHop, chain...), ProtoTCP, 72, first, nil},
+		{"chain, nothing after", quoted(72, ProtoHopByHop, chain...), ProtoTCP, 72, first, nil},
+		{"cut in the fragment header", quoted(72-1, ProtoHopByHop, chain...), 0, 0, IPv6Frag{}, ErrExtension},
+		{"cut in a header's first 8 bytes", quoted(40+4, ProtoHopByHop, chain...), 0, 0, IPv6Frag{}, ErrExtension},
+		{"cut past a header's first 8 bytes", quoted(40+8+10, ProtoHopByHop, chain...), 0, 0, IPv6Frag{}, ErrExtension},
+		{"non-first fragment", quoted(40+8+4, ProtoFragment, fragHdr(ProtoDestOpts, 1232, false)), ProtoDestOpts, 48, IPv6Frag{Present: true, Offset: 1232, ID: 0x01020304}, nil},
+		{"too many", quoted(40+8*(IPv6MaxExtensionHeaders+1)+4, ProtoDestOpts, slices.Repeat([][]byte{opt(ProtoDestOpts, 0)}, IPv6MaxExtensionHeaders+1)...), 0, 0, IPv6Frag{}, ErrExtension},
+		{"hbh not first", quoted(40+16+4, ProtoDestOpts, opt(ProtoHopByHop, 0), opt(ProtoTCP, 0)), 0, 0, IPv6Frag{}, ErrExtension},
+		{"chain past payload length", func() []byte {
+			b := ext(ProtoDestOpts, opt(ProtoTCP, 1))
+			IPv6(b).SetPayloadLength(8) // the 16-byte header runs past it, not past b
+			return b
+		}(), 0, 0, IPv6Frag{}, ErrExtension},
+		{"short", make([]byte, 39), 0, 0, IPv6Frag{}, ErrTruncated},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, off, frag, err := IPv6(tt.b).QuotedTransportHeader()
+			equal(t, tt.wantErr, err, "err")
+			equal(t, tt.wantProto, p, "proto")
+			equal(t, tt.wantOff, off, "offset")
+			equal(t, tt.wantFrag, frag, "frag")
+		})
+	}
 }
 
 func TestIPv6Check(t *testing.T) {
