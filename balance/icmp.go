@@ -49,11 +49,15 @@ type ICMPConfig struct {
 //     the balancing stage sends the error to the same DIP as that flow
 //     (without creating a connection-table entry), where the DIP's stack
 //     learns the path MTU. Only the quote's bytes within the IP datagram
-//     are read. An error addressed to a VIP address that quotes no VIP
-//     flow but a packet from that address's outbound pool — a VM's
-//     source-NATed connection, or its ping, by the echo identifier — is
-//     keyed and flagged the same way, and the balancing stage sends it
-//     to the port's owner (Returns).
+//     are read; the quoted ports are found behind IPv6 extension headers
+//     as in the packet itself. A quote whose extension chain is
+//     malformed, too long or cut short names no flow, like one too short
+//     for its IP header: the error is neither keyed nor flagged, and the
+//     balancing stage finds no rule for it. An error addressed to a VIP
+//     address that quotes no VIP flow but a packet from that address's
+//     outbound pool — a VM's source-NATed connection, or its ping, by the
+//     echo identifier — is keyed and flagged the same way, and the
+//     balancing stage sends it to the port's owner (Returns).
 //   - An echo reply is keyed by its identifier as the destination port: a
 //     reply to a VM's source-NATed ping goes to the identifier's owner
 //     (Returns).
@@ -246,42 +250,64 @@ func echoReply(p *engine.Packet, v4 bool) {
 }
 
 // quotedKey reads the packet an ICMP error quotes (q starts at its IP
-// header) and fills k with that flow reversed. Only the fixed IPv6 header
-// is read: a quoted packet with extension headers is keyed without ports.
-// It reports false when the quote is too short to name a flow.
+// header) and fills k with that flow reversed. The ports are those of the
+// quoted TCP or UDP header, found behind the IPv6 extension headers as in
+// the packet itself (quotedTransport); a quote that ends before them, or
+// a non-first fragment, is keyed without ports. It reports false when
+// the quote cannot name a flow: too short for the IP header, or an IPv6
+// extension chain that is malformed, too long or cut by the end of the
+// quote.
 func quotedKey(q []byte, v4 bool, vni uint32, k *flow.Key) bool {
-	var proto uint8
-	var l4 []byte
-	if v4 {
-		if len(q) < header.IPv4MinSize || q[0]>>4 != 4 {
-			return false
-		}
-		ihl := int(q[0]&0x0f) * 4
-		if ihl < header.IPv4MinSize || len(q) < ihl {
-			return false
-		}
-		ip := header.IPv4(q)
-		proto = ip.Protocol()
-		if ip.FragmentOffset() == 0 {
-			l4 = q[ihl:]
-		}
-		var sport, dport uint16
-		if (proto == flow.ProtoTCP || proto == flow.ProtoUDP) && len(l4) >= 4 {
-			sport, dport = binary.BigEndian.Uint16(l4), binary.BigEndian.Uint16(l4[2:])
-		}
-		k.SetIPv4(vni, proto, ip.DstSlice(), ip.SrcSlice(), dport, sport)
-		return true
-	}
-	if len(q) < header.IPv6Size || q[0]>>4 != 6 {
+	proto, l4, ok := quotedTransport(q, v4)
+	if !ok {
 		return false
 	}
-	ip := header.IPv6(q)
-	proto = ip.NextHeader()
-	l4 = q[header.IPv6Size:]
 	var sport, dport uint16
 	if (proto == flow.ProtoTCP || proto == flow.ProtoUDP) && len(l4) >= 4 {
 		sport, dport = binary.BigEndian.Uint16(l4), binary.BigEndian.Uint16(l4[2:])
 	}
-	k.SetIPv6(vni, proto, ip.DstSlice(), ip.SrcSlice(), dport, sport)
+	if v4 {
+		ip := header.IPv4(q)
+		k.SetIPv4(vni, proto, ip.DstSlice(), ip.SrcSlice(), dport, sport)
+	} else {
+		ip := header.IPv6(q)
+		k.SetIPv6(vni, proto, ip.DstSlice(), ip.SrcSlice(), dport, sport)
+	}
 	return true
+}
+
+// quotedTransport finds the transport header of the packet an ICMP error
+// quotes (q starts at its IP header): its protocol and the quote's bytes
+// from it on, nil for a non-first fragment (fragment data, not a header).
+// For IPv6 it walks the extension headers with
+// header.IPv6.QuotedTransportHeader, bounded by the quote and by
+// header.IPv6MaxExtensionHeaders. It reports false when the quote is too
+// short for the IP header, has the wrong version or (IPv4) header length,
+// or (IPv6) a malformed, too long or cut extension chain.
+func quotedTransport(q []byte, v4 bool) (proto uint8, l4 []byte, ok bool) {
+	if v4 {
+		if len(q) < header.IPv4MinSize || q[0]>>4 != 4 {
+			return 0, nil, false
+		}
+		ihl := int(q[0]&0x0f) * 4
+		if ihl < header.IPv4MinSize || len(q) < ihl {
+			return 0, nil, false
+		}
+		ip := header.IPv4(q)
+		if ip.FragmentOffset() == 0 {
+			l4 = q[ihl:]
+		}
+		return ip.Protocol(), l4, true
+	}
+	if len(q) < header.IPv6Size || q[0]>>4 != 6 {
+		return 0, nil, false
+	}
+	proto, off, frag, err := header.IPv6(q).QuotedTransportHeader()
+	if err != nil {
+		return 0, nil, false
+	}
+	if !frag.NonFirst() {
+		l4 = q[off:]
+	}
+	return proto, l4, true
 }

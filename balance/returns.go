@@ -207,28 +207,13 @@ func echoReplyID(p *engine.Packet, m []byte) {
 // quotedEchoID reads the identifier of the echo request an ICMP error
 // quotes (q starts at its IP header): the port of a source-NATed ping.
 func quotedEchoID(q []byte, v4 bool) (uint16, bool) {
-	var l4 []byte
+	proto, l4, ok := quotedTransport(q, v4)
+	echo, want := uint8(header.ICMPv6EchoRequest), uint8(flow.ProtoICMPv6)
 	if v4 {
-		if len(q) < header.IPv4MinSize {
-			return 0, false
-		}
-		ip := header.IPv4(q)
-		ihl := int(q[0]&0x0f) * 4
-		if ip.Protocol() != flow.ProtoICMP || ip.FragmentOffset() != 0 || len(q) < ihl+header.ICMPv4MinSize {
-			return 0, false
-		}
-		l4 = q[ihl:]
-		if l4[0] != header.ICMPv4EchoRequest {
-			return 0, false
-		}
-	} else {
-		if len(q) < header.IPv6Size+header.ICMPv4MinSize || header.IPv6(q).NextHeader() != flow.ProtoICMPv6 {
-			return 0, false
-		}
-		l4 = q[header.IPv6Size:]
-		if l4[0] != header.ICMPv6EchoRequest {
-			return 0, false
-		}
+		echo, want = header.ICMPv4EchoRequest, flow.ProtoICMP
+	}
+	if !ok || proto != want || len(l4) < header.ICMPv4MinSize || l4[0] != echo {
+		return 0, false
 	}
 	return binary.BigEndian.Uint16(l4[4:]), true
 }

@@ -124,7 +124,11 @@ func muxFlowVIP(in *muxInjected) (int, string) {
 		if ip.Version != 6 {
 			return -1, "the ICMPv6 error quotes no IPv6 header"
 		}
-		qsrc, qproto, ql4 = ip.SrcIP, uint8(ip.NextHeader), quote[40:]
+		var ok bool
+		if qproto, ql4, ok = quotedIPv6L4(quote); !ok {
+			return -1, "the ICMPv6 error quotes an extension chain that does not reach a transport header"
+		}
+		qsrc = ip.SrcIP
 	}
 	if a, _ := netip.AddrFromSlice(qsrc); a != v.addr.Addr() {
 		return -1, fmt.Sprintf("the ICMP error to VIP %s quotes a packet from %v", v.name, a)
@@ -133,6 +137,24 @@ func muxFlowVIP(in *muxInjected) (int, string) {
 		return -1, "the ICMP error quotes no ports"
 	}
 	return match(qproto, binary.BigEndian.Uint16(ql4), "quoted packet")
+}
+
+// quotedIPv6L4 locates the transport header of the IPv6 packet an ICMPv6
+// error quotes, as muxIPv6L4 does a packet's, but within the quote or its
+// Payload Length, whichever ends first: a quote holds only the packet's
+// first bytes. It returns the quoted protocol and the quote from the
+// transport header on (nil for a non-first fragment); false when the
+// extension chain does not reach a transport header within that end.
+func quotedIPv6L4(quote []byte) (proto uint8, l4 []byte, ok bool) {
+	end := min(len(quote), 40+int(binary.BigEndian.Uint16(quote[4:])))
+	l := muxIPv6L4(quote[:end])
+	switch {
+	case !l.ok:
+		return 0, nil, false
+	case l.nonFirst:
+		return l.proto, nil, true
+	}
+	return l.proto, quote[l.off:], true
 }
 
 // checkMuxICMP checks a frame that is not VXLAN: it must be an ICMP

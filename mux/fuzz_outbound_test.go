@@ -67,9 +67,8 @@ func benchOwner(a netip.Addr, p uint16) (flow.PortOwner, bool) {
 // whose: a TCP or UDP packet (or first fragment) to an allocated port; an
 // echo reply whose identifier is allocated; an ICMP error quoting a
 // packet from the address, from an allocated TCP or UDP port or an echo
-// request with an allocated identifier (only the quote's fixed IPv6
-// header is read, as the Mux does; an IPv4 quote of a later fragment has
-// no ports).
+// request with an allocated identifier (behind the quote's IPv6 extension
+// headers, quotedIPv6L4; a quote of a later fragment has no ports).
 func muxReturnOwner(in *muxInjected) (flow.PortOwner, bool) {
 	l4 := in.l4
 	if !l4.ok || l4.nonFirst {
@@ -146,8 +145,11 @@ func muxReturnOwner(in *muxInjected) (flow.PortOwner, bool) {
 		if ip.Version != 6 {
 			return flow.PortOwner{}, false
 		}
+		var ok bool
+		if qproto, ql4, ok = quotedIPv6L4(quote); !ok {
+			return flow.PortOwner{}, false
+		}
 		qsrc, _ = netip.AddrFromSlice(ip.SrcIP)
-		qproto, ql4 = uint8(ip.NextHeader), quote[40:]
 	}
 	if qsrc != in.dst {
 		return flow.PortOwner{}, false
@@ -180,7 +182,25 @@ func outboundFuzzSeeds(tb testing.TB) []muxFuzzSeed {
 	icmp6 := func(typ uint8) *layers.ICMPv6 {
 		return &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(typ, 0)}
 	}
+	// A quote whose IPv6 packet has a Destination Options header.
+	destOpts := func(next layers.IPProtocol) *layers.IPv6Destination {
+		d := &layers.IPv6Destination{Options: []*layers.IPv6DestinationOption{{OptionType: 0x1e, OptionData: []byte{1, 2, 3, 4}}}}
+		d.NextHeader = next
+		return d
+	}
+	quoteExt := func(ls ...gopacket.SerializableLayer) []byte {
+		return append([]byte{0, 0, 5, 0}, gpkt.Serialize(tb, ls...)[:64]...)
+	}
 	return []muxFuzzSeed{
+		{name: "return-icmp6-packet-too-big-behind-destination-options", frame: frame(outIP6(seedRouter6, web6, layers.IPProtocolICMPv6),
+			icmp6(layers.ICMPv6TypePacketTooBig), gopacket.Payload(quoteExt(outIP6(web6, seedClient6, layers.IPProtocolIPv6Destination),
+				destOpts(layers.IPProtocolUDP), outUDP(8000, 53), gopacket.Payload(make([]byte, 1400))))),
+			want: []string{"vxlan"}},
+		{name: "return-icmp6-time-exceeded-quoting-ping-behind-destination-options", frame: frame(outIP6(seedRouter6, web6, layers.IPProtocolICMPv6),
+			icmp6(layers.ICMPv6TypeTimeExceeded), gopacket.Payload(quoteExt(outIP6(web6, seedClient6, layers.IPProtocolIPv6Destination),
+				destOpts(layers.IPProtocolICMPv6), icmp6(layers.ICMPv6TypeEchoRequest), &layers.ICMPv6Echo{Identifier: 5000, SeqNumber: 1},
+				gopacket.Payload(make([]byte, 64))))),
+			want: []string{"vxlan"}},
 		{name: "return-tcp4", frame: frame(outIP4(seedClient4, web4, layers.IPProtocolTCP), outTCP(443, 1500), p), twice: true, want: []string{"vxlan", "vxlan"}},
 		{name: "return-udp4", frame: frame(outIP4(seedClient4, web4, layers.IPProtocolUDP), outUDP(53, 3071), p), twice: true, sameBatch: true, want: []string{"vxlan", "vxlan"}},
 		{name: "return-tcp6", frame: frame(outIP6(seedClient6, web6, layers.IPProtocolTCP), outTCP(443, 4096), p), want: []string{"vxlan"}},

@@ -97,6 +97,24 @@ func muxFuzzSeeds(tb testing.TB) []muxFuzzSeed {
 			&layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(layers.ICMPv6TypePacketTooBig, 0)},
 			gopacket.Payload(append([]byte{0, 0, 0x05, 0x78}, quote6...))),
 		want: []string{"vxlan"}, sameBackendAs: "flow6"})
+	// The same behind a Destination Options and a Fragment header (a
+	// first fragment, by hand: gopacket cannot serialise one) in the
+	// quote: the error still follows flow6. A quote cut inside that chain
+	// names no flow: not forwarded.
+	destOpts := &layers.IPv6Destination{Options: []*layers.IPv6DestinationOption{{OptionType: 0x1e, OptionData: []byte{1, 2, 3, 4}}}}
+	destOpts.NextHeader = layers.IPProtocolIPv6Fragment
+	quote6ext := gpkt.Serialize(tb, ip6(web6.Addr(), seedClient6, layers.IPProtocolIPv6Destination), destOpts,
+		gopacket.Payload{byte(layers.IPProtocolTCP), 0, 0, 1, 0, 0, 0x12, 0x34}, tcp(80, 40000), payload(1400))
+	tooBig6 := func(quote []byte) []byte {
+		return seedFrame(tb, ip6(seedRouter6, web6.Addr(), layers.IPProtocolICMPv6),
+			&layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(layers.ICMPv6TypePacketTooBig, 0)},
+			gopacket.Payload(append([]byte{0, 0, 0x05, 0x78}, quote...)))
+	}
+	seeds = append(seeds,
+		muxFuzzSeed{name: "icmp6-packet-too-big-quoting-flow6-behind-extension-headers", frame: tooBig6(quote6ext[:64]),
+			want: []string{"vxlan"}, sameBackendAs: "flow6"},
+		muxFuzzSeed{name: "icmp6-packet-too-big-quote-cut-in-extension-headers", frame: tooBig6(quote6ext[:52]),
+			want: []string{"drop:no_rule"}})
 
 	// Pings of VIP addresses.
 	seeds = append(seeds,
