@@ -68,7 +68,14 @@
 // views.commit; on each commit it reads its view as of the commit's
 // revision (views written since belong to an apply under way, or to one
 // that died half way, which the next apply writes over), so it never
-// runs half of a set. The Source reads its view followed by views.vips:
+// runs half of a set. When etcd has compacted its history past that
+// revision (an apply died half way, and the cluster compacted since), its
+// view as committed is gone: the Source then reads the document, which
+// Apply wrote in the commit's transaction, and runs the view it makes
+// from it (HostView) — a whole document read once, where a view is read
+// otherwise; only if the document is not the one committed with the
+// views (written around Apply) is there nothing complete to run: the
+// Source says so (ErrNoCommittedView) and waits for an apply to complete. The Source reads its view followed by views.vips:
 // every view ends with the same list of VIP addresses, which Apply stores
 // once, so that a VIP added or removed rewrites that key and the views of
 // the VIP's backends' hosts, not every view; a host whose view was not

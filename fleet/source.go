@@ -45,7 +45,9 @@ type SourceConfig struct {
 	// view of the host of that name (a hosts[] name; HostView), which
 	// Apply writes under views/<Host>, instead of the whole document.
 	// It watches the views' commit record, and on each commit reads its
-	// view at the commit's revision, so it never sees a half-written set;
+	// view at the commit's revision, so it never sees a half-written set
+	// (or, when etcd compacted that revision, the view it makes from the
+	// document committed with it);
 	// a commit that left its view as it was advances its version without
 	// a parse (control.Tracker.Advance).
 	Host string
@@ -127,7 +129,7 @@ func (s *Source) Run(ctx context.Context, apply func(*control.Document) error) e
 		return errors.New("fleet: Source.Run called twice")
 	}
 	var rev int64
-	for waiting := false; ; {
+	for waiting := ""; ; {
 		r, found, err := s.read(ctx, apply)
 		if err == nil && found {
 			if s.t.Document() != nil {
@@ -136,13 +138,21 @@ func (s *Source) Run(ctx context.Context, apply func(*control.Document) error) e
 			}
 			return fmt.Errorf("fleet: first load: %w", s.t.Status().LastError)
 		}
-		if !waiting {
-			if err != nil {
-				s.log.Warn("fleet: waiting for etcd", "err", err)
-			} else {
-				s.log.Warn("fleet: waiting for a document (write one with xdplbctl apply)")
+		// Each kind of wait is logged once.
+		switch {
+		case errors.Is(err, ErrNoCommittedView):
+			if waiting != "complete" {
+				s.log.Error("fleet: waiting for a complete apply", "err", err)
+				waiting = "complete"
 			}
-			waiting = true
+		case err != nil:
+			if waiting != "etcd" {
+				s.log.Warn("fleet: waiting for etcd", "err", err)
+				waiting = "etcd"
+			}
+		case waiting != "document":
+			s.log.Warn("fleet: waiting for a document (write one with xdplbctl apply)")
+			waiting = "document"
 		}
 		select {
 		case <-ctx.Done():
@@ -231,7 +241,7 @@ func (s *Source) watch(ctx context.Context, rev int64, apply func(*control.Docum
 	reread := func() int64 {
 		r, _, err := s.read(ctx, apply)
 		if err != nil {
-			s.log.Warn("fleet: etcd read failed; keeping the running version", "err", err)
+			s.readFailed(err)
 			s.pause(ctx)
 			return rev
 		}
@@ -266,7 +276,7 @@ func (s *Source) watch(ctx context.Context, rev int64, apply func(*control.Docum
 					if err != nil {
 						// The next watch starts before this commit and
 						// reads again on its event.
-						s.log.Warn("fleet: etcd read failed; keeping the running version", "err", err)
+						s.readFailed(err)
 						s.pause(ctx)
 						return rev
 					}
@@ -290,7 +300,9 @@ func (s *Source) watch(ctx context.Context, rev int64, apply func(*control.Docum
 // readView reads the views' commit record, the host's view and views.vips
 // (every view's last key, stored once), and offers the view followed by
 // it as they were at the commit's revision (or advances the
-// running one to the commit's version when its view did not change). It
+// running one to the commit's version when its view did not change; or,
+// when they were written since and etcd compacted that revision, offers
+// the view of the committed document: committedView). It
 // returns the store's revision, whether a commit is there, and an error if
 // etcd did not answer.
 //
@@ -334,9 +346,20 @@ func (s *Source) readView(ctx context.Context, apply func(*control.Document) err
 		kv, vkv = firstKV(resp.Responses[1]), firstKV(resp.Responses[2])
 		if kv != nil && kv.ModRevision > o.Revision || vkv != nil && vkv.ModRevision > o.Revision {
 			// Written since the commit: an apply under way (or one
-			// that failed). Both as committed:
+			// that failed).
+			if s.t.Document() != nil && s.t.Status().Revision == o.Revision {
+				// The commit runs already: nothing to read.
+				s.t.Advance(cm.Version, o)
+				return rev, true, nil
+			}
+			// Both as committed:
 			at, err := s.c.Txn(ctx).Then(clientv3.OpGet(view, append(opts, clientv3.WithRev(o.Revision))...),
 				clientv3.OpGet(vips, append(opts, clientv3.WithRev(o.Revision))...)).Commit()
+			if errors.Is(err, rpctypes.ErrCompacted) {
+				// etcd compacted its history past the commit: make
+				// the view from the document committed with it.
+				return s.committedView(ctx, apply, o, cm.Version, opts)
+			}
 			if err != nil {
 				return 0, false, err
 			}
@@ -380,6 +403,65 @@ func (s *Source) readView(ctx context.Context, apply func(*control.Document) err
 	if s.t.Status().Version < cm.Version {
 		// The view was written by an earlier version than the commit's.
 		s.t.Advance(cm.Version, o)
+	}
+	return rev, true, nil
+}
+
+// ErrNoCommittedView is returned (wrapped) by a Host Agent's Source that
+// finds no complete version to run: an apply wrote views after the last
+// commit and did not commit them (it failed half way, or is still under
+// way), etcd compacted its history past that commit, so the views as
+// committed are gone, and the document is not the one committed with
+// them (it was written around Apply). It runs nothing new until an apply
+// completes.
+var ErrNoCommittedView = errors.New("fleet: no complete version of the host's view in etcd")
+
+// committedView offers the host's view of the committed document, at
+// the commit o of version v: what a Host Agent runs when its view or the
+// VIP addresses were written since the commit by an apply that did not
+// commit them, and etcd no longer holds them as committed (compacted).
+// Apply writes the document with the commit record, in one transaction,
+// so the document of the commit's revision is that version whole; it is
+// read (the whole document, once, instead of a view) and the view made
+// from it (HostView). It returns what readView returns.
+func (s *Source) committedView(ctx context.Context, apply func(*control.Document) error, o control.Origin, v uint64, opts []clientv3.OpOption) (int64, bool, error) {
+	doc := s.k.document()
+	resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(doc), "=", o.Revision),
+		clientv3.Compare(clientv3.ModRevision(s.k.viewsCommit()), "=", o.Revision)).
+		Then(clientv3.OpGet(doc, opts...)).
+		Else(clientv3.OpGet(s.k.viewsCommit(), append(opts, clientv3.WithKeysOnly())...)).Commit()
+	if err != nil {
+		return 0, false, err
+	}
+	rev := resp.Header.Revision
+	if !resp.Succeeded {
+		if c := firstKV(resp.Responses[0]); c == nil || c.ModRevision != o.Revision {
+			return 0, false, fmt.Errorf("fleet: %s: committed again while reading; reading again", s.k.viewsCommit())
+		}
+		return 0, false, fmt.Errorf("%w: version %d (revision %d): %s was written since by an apply that did not commit, "+
+			"etcd compacted the revision it was committed at, and %s is not the document committed with it; "+
+			"waiting for an apply to complete (xdplbctl apply)", ErrNoCommittedView, v, o.Revision, s.k.view(s.host), doc)
+	}
+	kv := firstKV(resp.Responses[0])
+	d, err := control.Parse(kv.Value)
+	if err == nil && d.Version != v {
+		err = fmt.Errorf("version %d, not the commit's %d", d.Version, v)
+	}
+	var text []byte
+	if err == nil {
+		var hv *control.Document
+		if hv, err = HostView(d, s.host); err == nil {
+			text, err = hv.Marshal()
+		}
+	}
+	if err != nil {
+		s.t.Refuse(fmt.Errorf("version %d: the view made from %s: %w", v, doc, err), control.ReasonInvalid)
+		return rev, true, nil
+	}
+	s.log.Warn("fleet: the view as committed is no longer in etcd's history and was written since by an apply that did not commit; "+
+		"running the view made from the committed document", "version", v, "revision", o.Revision)
+	if _, err := s.t.Offer(text, o, apply); err == nil {
+		s.viewRev, s.vipsRev = 0, 0 // none stored: the next commit reads both
 	}
 	return rev, true, nil
 }
@@ -454,6 +536,16 @@ func (s *Source) events(evs []*clientv3.Event, apply func(*control.Document) err
 	if doc != nil {
 		s.offer(doc, commits, apply)
 	}
+}
+
+// readFailed logs why a running Source's read failed: it keeps the
+// running version.
+func (s *Source) readFailed(err error) {
+	if errors.Is(err, ErrNoCommittedView) {
+		s.log.Error("fleet: no complete version to read; keeping the running version", "err", err)
+		return
+	}
+	s.log.Warn("fleet: etcd read failed; keeping the running version", "err", err)
 }
 
 func (s *Source) pause(ctx context.Context) {
