@@ -50,6 +50,13 @@ type PortAllocatorConfig struct {
 	// Interval is how often usage is read and claims made (default 1s);
 	// SetDIPs makes one at once.
 	Interval time.Duration
+	// Sweep is how often, on average, the allocator looks through every
+	// pool of the fleet for guards whose claim is gone and whose guard
+	// time nobody started — pools nobody claims from any more (its
+	// section or its holder's host removed from the document), where no
+	// claim would ever find them — and starts it (default 10m; a sweep
+	// reads every claim and guard key, without values).
+	Sweep time.Duration
 	// Usage returns the use of every outbound range the Host Agent
 	// translates with, and of every range it was given before that still
 	// holds a connection, appended to dst (nat computes it; nil: no use is
@@ -84,6 +91,9 @@ type PortAllocatorCounters struct {
 	// Cooling counts ranges whose holder's lease was found gone and whose
 	// guard this allocator started cooling.
 	Cooling uint64
+	// Swept counts those of Cooling that a sweep found (Sweep): guards
+	// left in a pool no claim needed a range of.
+	Swept uint64
 }
 
 // rangeID names one range: its VIP and first port.
@@ -134,8 +144,10 @@ type PortAllocator struct {
 	returning map[rangeID]*held
 	exhausted map[dipKey]bool
 	useBuf    []flow.PortRangeUse
+	sweepDue  bool // the next step sweeps
 
-	claims, reclaims, returns, conflicts, exhaustedN, cooling atomic.Uint64
+	claims, reclaims, returns, conflicts, exhaustedN, cooling, swept atomic.Uint64
+	sweeps                                                           atomic.Uint64 // sweeps made (for tests)
 }
 
 // NewPortAllocator returns a PortAllocator; nothing is claimed until Run.
@@ -163,6 +175,9 @@ func NewPortAllocator(cfg PortAllocatorConfig) (*PortAllocator, error) {
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
+	}
+	if cfg.Sweep <= 0 {
+		cfg.Sweep = 10 * time.Minute
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -213,7 +228,7 @@ func (a *PortAllocator) Allocations() []flow.PortAllocation {
 // Counters returns what the allocator has done so far.
 func (a *PortAllocator) Counters() PortAllocatorCounters {
 	return PortAllocatorCounters{Claims: a.claims.Load(), Reclaims: a.reclaims.Load(), Returns: a.returns.Load(),
-		Conflicts: a.conflicts.Load(), Exhausted: a.exhaustedN.Load(), Cooling: a.cooling.Load()}
+		Conflicts: a.conflicts.Load(), Exhausted: a.exhaustedN.Load(), Cooling: a.cooling.Load(), Swept: a.swept.Load()}
 }
 
 // Run claims and returns ranges until ctx is done. While etcd is
@@ -246,6 +261,8 @@ func (a *PortAllocator) run(ctx context.Context, sess *concurrency.Session) {
 	}
 	tick := time.NewTicker(a.cfg.Interval)
 	defer tick.Stop()
+	sweep := time.NewTimer(a.sweepDelay())
+	defer sweep.Stop()
 	for {
 		if leaseLost(ctx, sess, a.cfg.Logger, "allocation") {
 			return
@@ -264,6 +281,9 @@ func (a *PortAllocator) run(ctx context.Context, sess *concurrency.Session) {
 		case <-sess.Done():
 		case <-tick.C:
 		case <-a.poke:
+		case <-sweep.C:
+			a.sweepDue = true
+			sweep.Reset(a.sweepDelay())
 		}
 	}
 }
@@ -291,7 +311,8 @@ func (a *PortAllocator) step(ctx context.Context, lease clientv3.LeaseID) error 
 		}
 	}
 	// Ranges under a lost lease whose DIP is no longer wanted are not
-	// taken back: their guards cool and free them.
+	// taken back: their guards cool and free them (a claimer of their
+	// pool, or a sweep, starts their guard time).
 	for id, h := range a.held {
 		if _, ok := want[h.dip]; !ok && h.lease != lease {
 			delete(a.held, id)
@@ -356,7 +377,16 @@ func (a *PortAllocator) step(ctx context.Context, lease clientv3.LeaseID) error 
 			idle = append(idle, h)
 		}
 	}
-	return a.giveBack(ctx, lease, idle)
+	if err := a.giveBack(ctx, lease, idle); err != nil {
+		return err
+	}
+	if a.sweepDue {
+		if err := a.sweep(ctx, want); err != nil {
+			return err
+		}
+		a.sweepDue = false
+	}
+	return nil
 }
 
 func compareDIPKeys(x, y dipKey) int {
@@ -574,7 +604,7 @@ func (a *PortAllocator) claim(ctx context.Context, lease clientv3.LeaseID, d Out
 		}
 	}
 	if len(orphans) > 0 {
-		if err := a.cool(ctx, d.VIP, st, orphans); err != nil {
+		if err := a.cool(ctx, d.VIP, st, orphans, false); err != nil {
 			return false, err
 		}
 	}
@@ -630,8 +660,9 @@ func (a *PortAllocator) claim(ctx context.Context, lease clientv3.LeaseID, d Out
 // cool starts the guard time of ranges whose holder's claim is gone: each
 // guard is put again under one new lease of Guard's length, which nobody
 // keeps alive; etcd deletes the guards when it expires, and the ranges
-// are free. A guard changed meanwhile (its holder took it back) is left.
-func (a *PortAllocator) cool(ctx context.Context, vip netip.Addr, st vipState, firsts []uint16) error {
+// are free. A guard changed meanwhile (its holder took it back) or with
+// a claim in its ports is left. swept says a sweep found them.
+func (a *PortAllocator) cool(ctx context.Context, vip netip.Addr, st vipState, firsts []uint16, swept bool) error {
 	ttl := int64(math.Ceil(a.Guard().Seconds()))
 	g, err := a.cfg.Client.Grant(ctx, ttl)
 	if err != nil {
@@ -653,8 +684,11 @@ func (a *PortAllocator) cool(ctx context.Context, vip netip.Addr, st vipState, f
 		if resp.Succeeded {
 			used = true
 			a.cooling.Add(1)
+			if swept {
+				a.swept.Add(1)
+			}
 			a.cfg.Logger.Info("fleet: outbound range's holder is gone; guarding it", "vip", vip, "first", first,
-				"holder", old.Host, "dip", old.DIP, "guard", a.Guard())
+				"holder", old.Host, "dip", old.DIP, "guard", a.Guard(), "swept", swept)
 		}
 	}
 	if !used {

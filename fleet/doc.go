@@ -136,6 +136,20 @@
 // claim by another DIP of its port. A leader change only lengthens a
 // lease (etcd renews them all on election), never shortens it.
 //
+// A guard in a pool nobody claims from any more — its outbound section
+// removed from the document, or its dead host removed while the pool's
+// other DIPs hold what they need — would wait for such a claimer
+// forever: the Muxes would keep its range as the dead host's, and a pool
+// added back would find it guarded. So every PortAllocator also sweeps
+// the fleet's guards now and then (Sweep, 10 minutes on average) and
+// starts the guard time of those whose claim is gone and that no one
+// cools yet, as a claimer would (counted in Swept), on the same
+// conditions: the guard as it read it, no claim in its ports. A sweep
+// starts no guard time sooner than a claimer could, so it hands no port
+// to another DIP sooner; a Host Agent away for longer than a sweep and a
+// guard time may find its ranges gone even in a pool with room, and
+// claims others.
+//
 // The same host and DIP may take its guarded ranges back at once, cooling
 // or not: its ports go back to the DIP whose connections hold them. That
 // is how a Host Agent that restarts (a new lease) keeps its connections:

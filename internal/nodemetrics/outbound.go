@@ -11,7 +11,7 @@ var (
 	descOutPackets = prometheus.NewDesc("xdplb_outbound_packets_total", "Packets of VMs' outbound connections (source NAT through a VIP), by outcome: out and in translated (pings included), icmp (echo messages and ICMP errors about outbound connections translated), local and passed sent on untranslated, exhausted, no_state and refused dropped.", []string{"outcome"}, nil)
 	descOutConns   = prometheus.NewDesc("xdplb_outbound_connections_total", "Outbound connections, by event: created, reused (given a port another remote endpoint's connection holds), closed (FIN or RST), expired (their port free again).", []string{"event"}, nil)
 	descOutEntries = prometheus.NewDesc("xdplb_outbound_table_entries", "Outbound connections held by the source NAT (idle ones included until aged out).", nil, nil)
-	descOutRanges  = prometheus.NewDesc("xdplb_outbound_ranges_total", "Outbound port ranges by the allocator's event: claimed, reclaimed (taken back after a restart), returned (idle), conflict (another writer won), exhausted (no free range in the pool), cooling (a dead holder's guard started).", []string{"event"}, nil)
+	descOutRanges  = prometheus.NewDesc("xdplb_outbound_ranges_total", "Outbound port ranges by the allocator's event: claimed, reclaimed (taken back after a restart), returned (idle), conflict (another writer won), exhausted (no free range in the pool), cooling (a dead holder's guard started), swept (of those cooling, a guard a sweep found: left in a pool no claim needed a range of).", []string{"event"}, nil)
 )
 
 // DescribeOutbound sends the source NAT's descriptors (Outbound).
@@ -61,4 +61,5 @@ func (c rangesCollector) Collect(ch chan<- prometheus.Metric) {
 	Counter(ch, descOutRanges, s.Conflicts, "conflict")
 	Counter(ch, descOutRanges, s.Exhausted, "exhausted")
 	Counter(ch, descOutRanges, s.Cooling, "cooling")
+	Counter(ch, descOutRanges, s.Swept, "swept")
 }

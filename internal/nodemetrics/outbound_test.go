@@ -44,7 +44,7 @@ func gather(t *testing.T, cs ...prometheus.Collector) map[string]float64 {
 }
 
 func TestOutboundMetrics(t *testing.T) {
-	allocs := fleet.PortAllocatorCounters{Claims: 3, Reclaims: 1, Returns: 2, Conflicts: 4, Exhausted: 5, Cooling: 6}
+	allocs := fleet.PortAllocatorCounters{Claims: 3, Reclaims: 1, Returns: 2, Conflicts: 4, Exhausted: 5, Cooling: 6, Swept: 7}
 	have := false
 	got := gather(t, outboundCollector{nat.SNATStats{Out: 10, In: 9, Local: 8, Passed: 7, Exhausted: 6, NoState: 5, Refused: 4,
 		Created: 3, Reused: 2, Closed: 1, Expired: 11, Entries: 12, ICMP: 13}},
@@ -65,5 +65,6 @@ func TestOutboundMetrics(t *testing.T) {
 		"xdplb_outbound_ranges_total{claimed}": 3, "xdplb_outbound_ranges_total{reclaimed}": 1,
 		"xdplb_outbound_ranges_total{returned}": 2, "xdplb_outbound_ranges_total{conflict}": 4,
 		"xdplb_outbound_ranges_total{exhausted}": 5, "xdplb_outbound_ranges_total{cooling}": 6,
+		"xdplb_outbound_ranges_total{swept}": 7,
 	}, got)
 }
