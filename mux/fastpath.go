@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/xdplb/xdplb/balance"
 	"github.com/xdplb/xdplb/encap"
@@ -64,6 +65,7 @@ type fastPath struct {
 	mtu      int
 	slowPath bool
 	slowPort uint16
+	refresh  [4]flow.Tick // flow.ConnTable.RefreshAfter by class
 }
 
 const (
@@ -73,26 +75,34 @@ const (
 	noSlot      = ^uint32(0)
 )
 
-// fastEntry is one flow's decision, valid in its cache's epoch.
+// fastEntry is one flow's decision, valid in its cache's epoch: 128
+// bytes, two cache lines — the first has what a lookup compares, the
+// second what a hit writes (a set's four lines are prefetched together).
 type fastEntry struct {
 	key     flow.Key // as parsed, VNI 0
-	vni     uint32   // the key's VNI after the uplink VNI stage
-	epoch   uint64
-	rule    *flow.Rule
-	hash    uint64
-	backend int32
+	epoch   uint32
 	checked flow.Tick // when the full pipeline last placed the flow
-	refresh flow.Tick // flow.ConnTable.RefreshAfter(class)
-	out     uint16
-	class   flow.StateClass
-	w0, w1  uint16   // the template's IPv4 words 0 (version, IHL, TOS) and 1 (total length)
-	csum    uint16   // and its checksum
-	tmpl    [62]byte // the outer headers (50 bytes), then the inner MACs
+	backend int32
+	rule    *flow.Rule // its VIP's VNI is the key's after the uplink VNI stage
+	// The outer headers without their EtherType (IPv4): MACs, IPv4, UDP,
+	// VXLAN; then the inner MACs.
+	outer [encap.OverheadIPv4 - 2]byte
+	inner [12]byte
+	out   uint16
+	class flow.StateClass
+	_     byte
 }
+
+// The entry's size is 128 bytes: a compile-time check.
+var _ [0]struct{} = [unsafe.Sizeof(fastEntry{}) - 128]struct{}{}
 
 // fastCache is one worker's cache, and its state for the batch it runs.
 type fastCache struct {
-	epoch uint64 // entries of this epoch are valid; 0 is never one
+	// The entries, first: a large allocation starts on a page, so every
+	// set of two entries is four whole cache lines.
+	e [fastSlots]fastEntry
+
+	epoch uint32 // entries of this epoch are valid; 0 is never one
 	snap  *flow.Snapshot
 	set   *guard.Prefixes
 	hop   uint32
@@ -116,8 +126,6 @@ type fastCache struct {
 	keys  [engine.MaxBatch]flow.Key
 	miss  [engine.MaxBatch]*engine.Packet
 	at    [engine.MaxBatch]uint8 // a miss's index in the batch
-
-	e [fastSlots]fastEntry
 }
 
 // newFastPath returns the fast path for the fused stages f, or nil when
@@ -131,6 +139,9 @@ func newFastPath(m *muxStages) *fastPath {
 	nc := m.nh.Config()
 	fp := &fastPath{ct: ct, decTTL: ec.DecrementTTL, keepSrc: ec.InnerSrcMAC == header.MAC{}, mtu: ec.MTU,
 		slowPath: nc.SlowPath, slowPort: nc.SlowPort}
+	for c := range fp.refresh {
+		fp.refresh[c] = ct.RefreshAfter(flow.StateClass(c))
+	}
 	fp.caches.New = func() *fastCache { return &fastCache{seed: rand.Uint64() | 1} }
 	return fp
 }
@@ -182,7 +193,7 @@ func (c *fastCache) awake() bool {
 	}
 	c.sleep--
 	if c.sleep == 0 {
-		c.epoch++ // the decisions kept before the nap are stale
+		c.epoch++ // the decisions kept before the nap are stale (begin handles a wrap)
 		c.window, c.winHits, c.winLooks = 0, 0, 0
 	}
 	return false
@@ -219,6 +230,9 @@ func (c *fastCache) begin(snap *flow.Snapshot, set *guard.Prefixes, hop uint32, 
 		c.epoch++
 	}
 	if c.epoch == 0 {
+		// The epoch wrapped (after 2^32 changes): forget everything
+		// once, so that no entry of an old epoch matches.
+		clear(c.e[:])
 		c.epoch = 1
 	}
 	c.now = now
@@ -331,28 +345,32 @@ func (fp *fastPath) hit(e *fastEntry, p *engine.Packet, partial bool) (ok, compl
 	}
 	if fp.keepSrc {
 		copy(data[start+6:start+12], data[6:12])
-		copy(data[start:start+6], e.tmpl[50:56])
+		copy(data[start:start+6], e.inner[:6])
 	} else {
-		copy(data[start:start+12], e.tmpl[50:62])
+		copy(data[start:start+12], e.inner[:])
 	}
 	binary.BigEndian.PutUint16(data[start+12:], p.EtherType)
 	p.TrimFront(start)
 	p.SetLen(inner)
 	out, _ := p.Prepend(hdr)
-	*(*[hdr]byte)(out) = [hdr]byte(e.tmpl[:hdr])
+	*(*[12]byte)(out) = [12]byte(e.outer[:12])
+	binary.BigEndian.PutUint16(out[12:], header.EtherTypeIPv4)
+	*(*[hdr - 14]byte)(out[14:]) = [hdr - 14]byte(e.outer[12:])
 	// The template's TOS and total length are the first packet's: patch
 	// them and the checksum (RFC 1624: sum over the words that changed).
-	w0 := e.w0&0xff00 | uint16(tc)
-	w1 := uint16(hdr - header.EthernetSize + inner)
-	binary.BigEndian.PutUint16(out[14:], w0)
-	binary.BigEndian.PutUint16(out[16:], w1)
-	sum := uint32(^e.csum) + uint32(^e.w0) + uint32(w0) + uint32(^e.w1) + uint32(w1)
+	be := binary.BigEndian
+	w0, w1, sum0 := be.Uint16(e.outer[12:]), be.Uint16(e.outer[14:]), be.Uint16(e.outer[22:])
+	n0 := w0&0xff00 | uint16(tc)
+	n1 := uint16(hdr - header.EthernetSize + inner)
+	be.PutUint16(out[14:], n0)
+	be.PutUint16(out[16:], n1)
+	sum := uint32(^sum0) + uint32(^w0) + uint32(n0) + uint32(^w1) + uint32(n1)
 	sum = sum&0xffff + sum>>16
 	sum = sum&0xffff + sum>>16
-	binary.BigEndian.PutUint16(out[24:], ^uint16(sum))
-	binary.BigEndian.PutUint16(out[38:], uint16(header.UDPSize+header.VXLANSize+inner))
-	p.Key.VNI = e.vni
-	p.Rule, p.Backend, p.Hash = e.rule, e.backend, e.hash
+	be.PutUint16(out[24:], ^uint16(sum))
+	be.PutUint16(out[38:], uint16(header.UDPSize+header.VXLANSize+inner))
+	p.Key.VNI = e.rule.VIP.VNI
+	p.Rule, p.Backend = e.rule, e.backend
 	p.OutPort = e.out
 	return true, completed
 }
@@ -367,19 +385,18 @@ func (fp *fastPath) fill(c *fastCache, bal *balance.Pass, i, j int, p *engine.Pa
 	}
 	d := p.Data()
 	if p.Verdict != engine.VerdictTX || !bal.Settled(j) || p.Rule == nil || fp.slowPath && p.OutPort == fp.slowPort ||
-		len(d) < 62 || binary.BigEndian.Uint16(d[12:]) != header.EtherTypeIPv4 {
+		len(d) < encap.OverheadIPv4+12 || binary.BigEndian.Uint16(d[12:]) != header.EtherTypeIPv4 || p.Key.VNI != p.Rule.VIP.VNI {
 		c.drop(s, &c.keys[i])
 		return
 	}
 	e := c.place(s, &c.keys[i])
-	e.key, e.vni, e.epoch = c.keys[i], p.Key.VNI, c.epoch
-	e.rule, e.hash, e.backend = p.Rule, p.Hash, p.Backend
-	e.checked, e.refresh = c.now, fp.ct.RefreshAfter(c.class[i])
+	e.key, e.epoch = c.keys[i], c.epoch
+	e.rule, e.backend = p.Rule, p.Backend
+	e.checked = c.now
 	e.out, e.class = p.OutPort, c.class[i]
-	e.tmpl = [62]byte(d)
-	e.w0 = binary.BigEndian.Uint16(d[14:])
-	e.w1 = binary.BigEndian.Uint16(d[16:])
-	e.csum = binary.BigEndian.Uint16(d[24:])
+	copy(e.outer[:12], d[:12])
+	copy(e.outer[12:], d[14:encap.OverheadIPv4])
+	e.inner = [12]byte(d[encap.OverheadIPv4:])
 }
 
 // forget removes the decisions of the TCP and UDP packets of a batch that

@@ -2,6 +2,7 @@ package mux
 
 import (
 	"errors"
+	"unsafe"
 
 	"github.com/xdplb/xdplb/balance"
 	"github.com/xdplb/xdplb/encap"
@@ -9,6 +10,7 @@ import (
 	"github.com/xdplb/xdplb/engine/nexthop"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/guard"
+	"github.com/xdplb/xdplb/internal/prefetch"
 )
 
 // muxStages are the stages of the Mux's pipeline after Parse, in order:
@@ -161,14 +163,22 @@ func (f *fused) fastPass(b *engine.Batch, c *fastCache, hop uint32, pkts []*engi
 	partial := f.partial != nil
 	var completed uint64
 	nm, hits, looks := 0, 0, 0
+	// Where each packet's decision would be, prefetched for the whole
+	// batch, so that the cache misses of its lookups overlap.
 	for i, p := range pkts {
 		c.slot[i] = noSlot
 		if eligible(p) {
-			looks++
 			s := setOf(&p.Key, c.seed)
+			c.slot[i] = s
+			prefetch.Lines4(unsafe.Pointer(&c.e[s]))
+		}
+	}
+	for i, p := range pkts {
+		if s := c.slot[i]; s != noSlot {
+			looks++
 			cls := p.StateClass()
-			c.slot[i], c.class[i] = s, cls
-			if e := c.find(s, &p.Key); e != nil && e.class == cls && c.now-e.checked < e.refresh && p.Data()[0]&1 == 0 {
+			c.class[i] = cls
+			if e := c.find(s, &p.Key); e != nil && e.class == cls && c.now-e.checked < fp.refresh[cls] && p.Data()[0]&1 == 0 {
 				if ok, done := fp.hit(e, p, partial); ok {
 					if done {
 						completed++
