@@ -411,8 +411,10 @@ type Pass struct {
 	st     *workerState
 	locked bool // st is s.other, under s.mu
 	// settled marks, by index, the packets Place found in an entry of
-	// their own class that the packet left as it was (Settled).
+	// their own class that the packet left as it was (Settled); seen
+	// holds, for those, the entry's last-seen tick after the lookup.
 	settled uint64
+	seen    [engine.MaxBatch]flow.Tick
 }
 
 // Begin readies ps for batch b: its rules, its time, the worker's state.
@@ -514,9 +516,10 @@ func (ps *Pass) Run(pkts []*engine.Packet) {
 // the batch, which Prepare asked to place: it finishes the lookup and
 // decides p's backend, or returns why p must be dropped.
 func (ps *Pass) Place(i int, p *engine.Packet) engine.DropReason {
-	r, settled := ps.s.place(ps.st, ps.snap, p, &ps.qs[i], ps.now)
+	r, seen, settled := ps.s.place(ps.st, ps.snap, p, &ps.qs[i], ps.now)
 	if settled {
 		ps.settled |= 1 << uint(i)
+		ps.seen[i] = seen
 	}
 	return r
 }
@@ -529,6 +532,16 @@ func (ps *Pass) Place(i int, p *engine.Packet) engine.DropReason {
 // and the entry is refreshed (flow.ConnTable.RefreshAfter). The Mux's
 // fast path keeps such decisions.
 func (ps *Pass) Settled(i int) bool { return ps.settled&(1<<uint(i)) != 0 }
+
+// Seen returns, for a packet Settled reports, the entry's last-seen tick
+// as the lookup left it (refreshed, or as it was). The next lookup of the
+// flow refreshes the entry once it lags by more than
+// flow.ConnTable.RefreshAfter from this tick, not from the lookup's: a
+// caller keeping the decision looks up again by then, so that the entry
+// is last seen when it would be with a lookup for every packet. (Not
+// later than the entry's tick: when another worker's clock wrote it
+// after this pass read its own, the pass's tick.)
+func (ps *Pass) Seen(i int) flow.Tick { return ps.seen[i] }
 
 // rule finds p's rule, or why there is none. A rule an earlier stage left
 // in p.Rule (the Mux's uplink VNI stage) is taken when it is the one
@@ -562,8 +575,9 @@ func (s *Stage) stateless(snap *flow.Snapshot, p *engine.Packet) engine.DropReas
 }
 
 // place decides p's backend (p.Rule and p.Hash set, q prepared unless p is
-// a fragment); settled reports what Pass.Settled does.
-func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q *flow.ConnQuery, now flow.Tick) (_ engine.DropReason, settled bool) {
+// a fragment); settled reports what Pass.Settled does, seen what
+// Pass.Seen does.
+func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q *flow.ConnQuery, now flow.Tick) (_ engine.DropReason, seen flow.Tick, settled bool) {
 	r := p.Rule
 	ct := s.cfg.Conns
 	if p.Flags&engine.FlagFragment != 0 {
@@ -571,10 +585,10 @@ func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q 
 		// rest must agree, and the rest have no ports to key an entry.
 		idx, ok := r.Pick(p.Hash)
 		if !ok {
-			return engine.DropNoBackend, false
+			return engine.DropNoBackend, 0, false
 		}
 		p.Backend = int32(idx)
-		return 0, false
+		return 0, 0, false
 	}
 
 	if p.Flags&engine.FlagICMPError != 0 {
@@ -590,11 +604,11 @@ func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q 
 		if idx < 0 {
 			var ok bool
 			if idx, ok = r.Pick(p.Hash); !ok {
-				return engine.DropNoBackend, false
+				return engine.DropNoBackend, 0, false
 			}
 		}
 		p.Backend = int32(idx)
-		return 0, false
+		return 0, 0, false
 	}
 
 	class := p.StateClass()
@@ -609,8 +623,12 @@ func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q 
 			p.Backend = int32(idx)
 			if cur == class && (cur == flow.ClassEstablished || cur == flow.ClassUDP) {
 				// A proven flow's packet of its own class: Next leaves
-				// the entry as it is.
-				return 0, true
+				// the entry as it is. The lookup refreshed its
+				// last-seen if it lagged by more than RefreshAfter.
+				if seen = now; int32(age) <= int32(ct.RefreshAfter(cur)) {
+					seen -= age
+				}
+				return 0, seen, true
 			}
 			if next := ct.Next(cur, class, age); next != cur {
 				if ct.SetClassPrepared(q, next, now) && cur == flow.ClassUntrusted {
@@ -618,13 +636,13 @@ func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q 
 					s.release(st, r)
 				}
 			}
-			return 0, false
+			return 0, 0, false
 		}
 		// The backend went away or down: the flow is re-placed below.
 	}
 	idx, ok := r.Pick(p.Hash)
 	if !ok {
-		return engine.DropNoBackend, false
+		return engine.DropNoBackend, 0, false
 	}
 	p.Backend = int32(idx)
 	p.Flags |= engine.FlagNewFlow
@@ -633,7 +651,7 @@ func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q 
 	// spoofed SYN, FIN, RST, ACK or UDP floods fill the table with
 	// evictable entries only. A VIP past its share is not entered at all.
 	if !s.admit(st, r, now) {
-		return 0, false
+		return 0, 0, false
 	}
 	switch res := ct.InsertPrepared(q, r.Entry(idx), flow.ClassUntrusted, now); {
 	case res.Stored():
@@ -644,8 +662,8 @@ func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q 
 	default:
 		st.count(r, sRefused)
 		if s.cfg.DropOnConnFull {
-			return DropConnFull, false
+			return DropConnFull, 0, false
 		}
 	}
-	return 0, false
+	return 0, 0, false
 }

@@ -37,11 +37,14 @@ import (
 //     nexthop.Pass.Generation) are those the decision was made under; a
 //     new snapshot also empties the cache, so that it holds no rule of an
 //     old one;
-//   - not older than the connection table's refresh interval for its
-//     class (flow.ConnTable.RefreshAfter): the flow then runs the full
-//     pipeline once, whose lookup refreshes its entry, so the entry of a
-//     flow the fast path serves never idles out, and a change another
-//     worker made to it is seen within that interval;
+//   - the flow's entry last seen no longer ago than the connection
+//     table's refresh interval for its class (flow.ConnTable.RefreshAfter),
+//     counted from the entry's last-seen as the full pipeline's lookup
+//     left it (balance.Pass.Seen), not from that lookup: past it, a lookup
+//     would refresh the entry, so the flow runs the full pipeline once,
+//     whose lookup does. The entry is thus last seen when it would be
+//     with a lookup for every packet (it expires when it would), and a
+//     change another worker made to it is seen within that interval;
 //   - the packet itself: not addressed to an Ethernet group address (the
 //     source filter's per-packet check), its TTL above 1, the tunnel
 //     within the MTU and the headroom enough; otherwise the full pipeline
@@ -81,7 +84,7 @@ const (
 type fastEntry struct {
 	key     flow.Key // as parsed, VNI 0
 	epoch   uint32
-	checked flow.Tick // when the full pipeline last placed the flow
+	seen    flow.Tick // the entry's last-seen after the full pipeline's last lookup (balance.Pass.Seen)
 	backend int32
 	rule    *flow.Rule // its VIP's VNI is the key's after the uplink VNI stage
 	// The outer headers without their EtherType (IPv4): MACs, IPv4, UDP,
@@ -392,7 +395,7 @@ func (fp *fastPath) fill(c *fastCache, bal *balance.Pass, i, j int, p *engine.Pa
 	e := c.place(s, &c.keys[i])
 	e.key, e.epoch = c.keys[i], c.epoch
 	e.rule, e.backend = p.Rule, p.Backend
-	e.checked = c.now
+	e.seen = bal.Seen(j)
 	e.out, e.class = p.OutPort, c.class[i]
 	copy(e.outer[:12], d[:12])
 	copy(e.outer[12:], d[14:encap.OverheadIPv4])

@@ -178,7 +178,7 @@ func (f *fused) fastPass(b *engine.Batch, c *fastCache, hop uint32, pkts []*engi
 			looks++
 			cls := p.StateClass()
 			c.class[i] = cls
-			if e := c.find(s, &p.Key); e != nil && e.class == cls && c.now-e.checked < fp.refresh[cls] && p.Data()[0]&1 == 0 {
+			if e := c.find(s, &p.Key); e != nil && e.class == cls && c.now-e.seen <= fp.refresh[cls] && p.Data()[0]&1 == 0 {
 				if ok, done := fp.hit(e, p, partial); ok {
 					if done {
 						completed++
