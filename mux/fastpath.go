@@ -55,7 +55,7 @@ import (
 // counted by the Account stage as the full pipeline counts it; it completes
 // a partial checksum as the partial-checksum stage does. Its output bytes,
 // drop reasons and counters are those of the pipeline without the fast
-// path: TestFastPathAgrees and FuzzFastPath compare them.
+// path: TestFastPathAgrees, TestFusedAgrees and FuzzFused compare them.
 //
 // Each worker's cache is two-way set-associative, fastSlots entries of
 // about 160 bytes (1.3 MB), made on the worker's first batch; a batch without a worker index

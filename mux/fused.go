@@ -63,7 +63,12 @@ func (m *muxStages) stages() []engine.Stage {
 //
 // Before those passes the fast path (fastPath) encapsulates the packets
 // of established flows whose whole decision its worker keeps, and only
-// the rest run the passes; they fill the cache.
+// the rest run the passes; they fill the cache. The next-hop stage's
+// pass then begins before the first packet reaches it (the fast path
+// needs its generation): its worker's count of batches towards the
+// periodic refresh of its answers counts every batch the fast path runs,
+// which changes when it asks its Source again, not what it writes (a
+// VersionedSource's answers change only with its version).
 //
 // TestFusedAgrees, TestFastPathAgrees and FuzzFused run the same frames
 // through both and compare every output byte and every counter.
