@@ -380,6 +380,12 @@ func TestNewFlowFlag(t *testing.T) {
 // settled runs frame through Parse and the stage's Pass and reports
 // whether Place found it Settled.
 func (h *harness) settled(frame []byte) bool {
+	ok, _ := h.settledSeen(frame)
+	return ok
+}
+
+// settledSeen is settled that also returns Pass.Seen.
+func (h *harness) settledSeen(frame []byte) (bool, flow.Tick) {
 	h.batch.Reset()
 	buf := make([]byte, 2048)
 	copy(buf[128:], frame)
@@ -391,7 +397,38 @@ func (h *harness) settled(frame []byte) bool {
 	h.stage.Begin(&h.batch, &ps)
 	ps.Run(h.batch.Packets())
 	ps.End()
-	return ps.Settled(0)
+	return ps.Settled(0), ps.Seen(0)
+}
+
+// TestPassSeen: for a Settled packet, Pass.Seen is the entry's last-seen
+// as the lookup left it: as it was while it lags by at most RefreshAfter,
+// the pass's tick once the lookup refreshed it.
+func TestPassSeen(t *testing.T) {
+	bs := backends(1, 1)
+	udpRule := flow.Rule{Name: "u", VIP: flow.VIP{Addr: vip4, Proto: flow.ProtoUDP, Port: 53}, Backends: bs}
+	h := newHarness(t, true, udpRule)
+	udp := pkt{src: netip.MustParseAddr("198.18.0.1"), dst: vip4, sport: 999, dport: 53}
+	slack := h.conns.RefreshAfter(flow.ClassUDP)
+	require.Positive(t, slack)
+	h.settled(udp.build())
+	h.now += h.conns.ProveAfter()
+	h.settled(udp.build()) // promoted: last seen now
+	p := h.now
+	for _, s := range []struct {
+		name  string
+		after flow.Tick
+		seen  func() flow.Tick
+	}{
+		{"within RefreshAfter", slack - 1, func() flow.Tick { return p }},
+		{"at RefreshAfter", 1, func() flow.Tick { return p }},
+		{"past it: refreshed", 1, func() flow.Tick { p = h.now; return p }},
+		{"after the refresh", 5, func() flow.Tick { return p }},
+	} {
+		h.now += s.after
+		ok, seen := h.settledSeen(udp.build())
+		require.True(t, ok, s.name)
+		require.Equal(t, s.seen(), seen, s.name)
+	}
 }
 
 // TestPassSettled: Pass.Settled holds exactly for a packet placed by a
