@@ -214,6 +214,10 @@ func (c *fastCache) judge(hits, looks int) {
 		c.nap = min(max(c.nap*2, fastMinNap), fastMaxNap)
 		c.sleep = c.nap
 		c.naps.Add(1)
+		// A nap may last long on a quiet worker: hold no rule of the
+		// snapshot meanwhile (begin starts a new epoch on waking).
+		clear(c.e[:])
+		c.snap = nil
 	} else {
 		c.nap = 0
 	}

@@ -248,6 +248,12 @@ func TestFastPathNaps(t *testing.T) {
 	for c.sleep == 0 {
 		send(&many, 1)
 	}
+	// Napping, the cache holds nothing of the snapshot (a nap may last
+	// hours on a quiet worker).
+	require.True(t, c.snap == nil, "the snapshot kept while napping")
+	for i := range c.e {
+		require.True(t, c.e[i].rule == nil, "entry %d holds a rule while napping", i)
+	}
 	nap := c.nap
 	n := looks()
 	send(&many, int(c.sleep))
