@@ -141,16 +141,32 @@ func (ap AccountPass) End() { ap.h.mu.Unlock() }
 
 // Packet counts p if the balancing stage placed it.
 func (ap AccountPass) Packet(p *engine.Packet) {
-	a, h := ap.a, ap.h
 	r := p.Rule
 	if r == nil || uint32(p.Backend) >= uint32(len(r.Backends)) {
 		return
 	}
-	id := r.Backends[p.Backend].ID
+	ap.count(r, p.Backend, ap.a.packetLen(p), p.Flags&engine.FlagNewFlow != 0)
+}
+
+// Add counts a packet of n bytes (the client's IP packet, as Packet
+// measures it) that the balancing stage placed on backend i of rule r,
+// not as a new flow: Packet's work for a caller that knows the length
+// (the Mux's fast path, which has just read it).
+func (ap AccountPass) Add(r *flow.Rule, i int32, n int) {
+	if r == nil || uint32(i) >= uint32(len(r.Backends)) {
+		return
+	}
+	ap.count(r, i, n, false)
+}
+
+// count counts a packet of n bytes on backend i (in range) of rule r.
+func (ap AccountPass) count(r *flow.Rule, i int32, n int, newFlow bool) {
+	h := ap.h
+	id := r.Backends[i].ID
 	if id == flow.ReservedID {
 		// A reply to an outbound connection (Returns): counted by
 		// its address, whose counter index the rule's ID is.
-		h.countReturn(r.ID, a.packetLen(p))
+		h.countReturn(r.ID, n)
 		return
 	}
 	if id >= uint32(len(h.slots)) {
@@ -160,15 +176,9 @@ func (ap AccountPass) Packet(p *engine.Packet) {
 	if s.vip == 0 {
 		h.bind(s, r)
 	}
-	var n int
-	if a.cfg.Encapsulated {
-		n = tunnelledLen(p.Data())
-	} else {
-		n = parsedLen(p)
-	}
 	s.packets++
 	s.bytes += uint64(n)
-	if p.Flags&engine.FlagNewFlow != 0 {
+	if newFlow {
 		s.newFlows++
 	}
 }

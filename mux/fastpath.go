@@ -307,11 +307,12 @@ func eligible(p *engine.Packet) bool {
 		(p.L4Proto == flow.ProtoTCP || p.L4Proto == flow.ProtoUDP)
 }
 
-// hit encapsulates p by entry e and reports true, or reports false and
-// leaves p as it was when p needs the full pipeline: its TTL expires, its
-// tunnel exceeds the MTU, it lacks headroom. completed reports that it
-// completed p's partial checksum (when partial is set).
-func (fp *fastPath) hit(e *fastEntry, p *engine.Packet, partial bool) (ok, completed bool) {
+// hit encapsulates p by entry e and returns the length of the client's IP
+// packet (the Account stage's count), or returns 0 and leaves p as it was
+// when p needs the full pipeline: its TTL expires, its tunnel exceeds the
+// MTU, it lacks headroom. completed reports that it completed p's partial
+// checksum (when partial is set).
+func (fp *fastPath) hit(e *fastEntry, p *engine.Packet, partial bool) (n int, completed bool) {
 	data := p.Data()
 	l3 := int(p.L3Off)
 	var (
@@ -322,13 +323,13 @@ func (fp *fastPath) hit(e *fastEntry, p *engine.Packet, partial bool) (ok, compl
 	)
 	if p.Flags&engine.FlagIPv4 != 0 {
 		if l3+header.IPv4MinSize > len(data) {
-			return false, false
+			return 0, false
 		}
 		ip4 = header.IPv4(data[l3:])
 		l3len, tc, ttl = int(ip4.TotalLength()), ip4.TOS(), ip4.TTL()
 	} else {
 		if l3+header.IPv6Size > len(data) {
-			return false, false
+			return 0, false
 		}
 		ip6 = header.IPv6(data[l3:])
 		l3len, tc, ttl = header.IPv6Size+int(ip6.PayloadLength()), ip6.TrafficClass(), ip6.HopLimit()
@@ -338,7 +339,7 @@ func (fp *fastPath) hit(e *fastEntry, p *engine.Packet, partial bool) (ok, compl
 	inner := header.EthernetSize + l3len
 	if start < 0 || l3+l3len > len(data) || fp.decTTL && ttl <= 1 ||
 		hdr-header.EthernetSize+inner > fp.mtu || p.Headroom()+start < hdr {
-		return false, false
+		return 0, false
 	}
 	if partial {
 		completed = engine.Complete(p)
@@ -351,10 +352,12 @@ func (fp *fastPath) hit(e *fastEntry, p *engine.Packet, partial bool) (ok, compl
 		}
 	}
 	if fp.keepSrc {
-		copy(data[start+6:start+12], data[6:12])
-		copy(data[start:start+6], e.inner[:6])
+		if start != 0 { // VLAN tags go: the frame's source moves to the inner header
+			copy(data[start+6:start+12], data[6:12])
+		}
+		*(*[6]byte)(data[start:]) = [6]byte(e.inner[:6])
 	} else {
-		copy(data[start:start+12], e.inner[:])
+		*(*[12]byte)(data[start:]) = e.inner
 	}
 	binary.BigEndian.PutUint16(data[start+12:], p.EtherType)
 	p.TrimFront(start)
@@ -379,7 +382,7 @@ func (fp *fastPath) hit(e *fastEntry, p *engine.Packet, partial bool) (ok, compl
 	p.Key.VNI = e.rule.VIP.VNI
 	p.Rule, p.Backend = e.rule, e.backend
 	p.OutPort = e.out
-	return true, completed
+	return l3len, completed
 }
 
 // fill keeps the decision the full pipeline made for p — the miss at

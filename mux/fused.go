@@ -184,11 +184,15 @@ func (f *fused) fastPass(b *engine.Batch, c *fastCache, hop uint32, pkts []*engi
 			cls := p.StateClass()
 			c.class[i] = cls
 			if e := c.find(s, &p.Key); e != nil && e.class == cls && c.now-e.seen <= fp.refresh[cls] && p.Data()[0]&1 == 0 {
-				if ok, done := fp.hit(e, p, partial); ok {
+				if n, done := fp.hit(e, p, partial); n > 0 {
 					if done {
 						completed++
 					}
-					f.account(b, t, p)
+					if !t.on {
+						t.acct = f.acct.Begin(b)
+						t.on = true
+					}
+					t.acct.Add(e.rule, e.backend, n)
 					hits++
 					continue
 				}
