@@ -16,8 +16,8 @@ import (
 
 // The fast path: each worker remembers, per flow, the whole decision the
 // fused pipeline made for an established flow's packet — the outer headers
-// it wrote (with the next hop's MACs), the inner MACs, the rule, backend,
-// hash and output port — and encapsulates the flow's next packets from it,
+// it wrote (with the next hop's MACs), the inner MACs, the rule, backend
+// and output port — and encapsulates the flow's next packets from it,
 // without the source filter's, the rule's, the connection table's,
 // Maglev's and the next hop's lookups. Every other packet runs the fused
 // pipeline as before, and fills the cache when it may.
@@ -56,10 +56,13 @@ import (
 // a partial checksum as the partial-checksum stage does. Its output bytes,
 // drop reasons and counters are those of the pipeline without the fast
 // path: TestFastPathAgrees, TestFusedAgrees and FuzzFused compare them.
+// (A hit does not set Packet.Hash, which nothing after the pipeline reads.)
 //
 // Each worker's cache is two-way set-associative, fastSlots entries of
-// about 160 bytes (1.3 MB), made on the worker's first batch; a batch without a worker index
-// (made by hand) does not use it.
+// 128 bytes (1 MB), made on the worker's first batch; the sets of a
+// batch's packets are prefetched before any is looked up, so that their
+// cache misses overlap. A batch without a worker index (made by hand)
+// does not use it. A worker whose packets rarely hit naps (see awake).
 type fastPath struct {
 	caches   engine.PerWorker[fastCache]
 	ct       *flow.ConnTable
