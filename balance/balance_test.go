@@ -112,14 +112,20 @@ func newHarness(t *testing.T, stateful bool, rules ...flow.Rule) *harness {
 	return h
 }
 
-// run returns the backend name picked for the frame, or the drop reason.
-func (h *harness) run(frame []byte) string {
+// load makes the batch one packet of frame, with headroom.
+func (h *harness) load(frame []byte) *engine.Packet {
 	h.batch.Reset()
 	buf := make([]byte, 2048)
 	copy(buf[128:], frame)
 	p := &h.pool[0]
 	p.SetBuffer(nil, 0, buf, 128, len(frame), 0)
 	h.batch.Append(p)
+	return p
+}
+
+// run returns the backend name picked for the frame, or the drop reason.
+func (h *harness) run(frame []byte) string {
+	p := h.load(frame)
 	h.pl.Process(&h.batch)
 	if h.batch.Len() == 0 {
 		return "drop:" + p.Reason.String()
@@ -386,12 +392,7 @@ func (h *harness) settled(frame []byte) bool {
 
 // settledSeen is settled that also returns Pass.Seen.
 func (h *harness) settledSeen(frame []byte) (bool, flow.Tick) {
-	h.batch.Reset()
-	buf := make([]byte, 2048)
-	copy(buf[128:], frame)
-	p := &h.pool[0]
-	p.SetBuffer(nil, 0, buf, 128, len(frame), 0)
-	h.batch.Append(p)
+	h.load(frame)
 	engine.Parse{}.Process(&h.batch)
 	var ps balance.Pass
 	h.stage.Begin(&h.batch, &ps)
