@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/xdplb/xdplb/internal/prefetch"
 )
 
 // This file holds the bucket table behind ConnTable. One generic
@@ -392,13 +394,13 @@ func (t *ctTable[S, P]) lookup(k *ctKey, hash uint64, now Tick, c *ConnTable) (u
 // there: 72% at Capacity, 87% in a growing table) and the second bucket's
 // header. A prefetch, unlike the loads this did before, does not wait for
 // its line, so a batch's misses overlap instead of filling the
-// instruction window one query at a time (ctPrefetch3). The second
+// instruction window one query at a time (prefetch.Three, formerly ctPrefetch3). The second
 // bucket's second line measured no better.
 func (t *ctTable[S, P]) prepare(q *ConnQuery) {
 	q.geo = t.geo.Load()
 	q.i1, q.i2 = t.index(q.hash, q.geo)
 	b1, b2 := &t.b[q.i1], &t.b[q.i2]
-	ctPrefetch3(unsafe.Pointer(b1), unsafe.Pointer(b1.line(1)), unsafe.Pointer(b2))
+	prefetch.Three(unsafe.Pointer(b1), unsafe.Pointer(b1.line(1)), unsafe.Pointer(b2))
 }
 
 // line returns the first word of the bucket's cache line l (l < the

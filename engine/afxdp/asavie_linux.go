@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/internal/prefetch"
 	"github.com/xdplb/xdplb/internal/xsk"
 )
 
@@ -150,7 +151,7 @@ func (a *asavieSock) receive(p *Port, b *engine.Batch, pool []engine.Packet, inP
 	var bytes uint64
 	for i, d := range descs {
 		base := d.Addr &^ a.mask
-		prefetchFrame(unsafe.Pointer(&a.umem[d.Addr]))
+		prefetch.Frame(unsafe.Pointer(&a.umem[d.Addr]))
 		pk := &pool[i]
 		pk.SetBuffer(p, base, a.umem[base:base+fs:base+fs], int(d.Addr-base), int(d.Len), inPort)
 		b.Append(pk)

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/internal/prefetch"
 	"github.com/xdplb/xdplb/internal/xsk"
 )
 
@@ -234,7 +235,7 @@ func (p *Port) Receive(b *engine.Batch, pool []engine.Packet, inPort uint16) int
 			}
 			continue
 		}
-		prefetchFrame(unsafe.Pointer(&p.umem[d.Addr]))
+		prefetch.Frame(unsafe.Pointer(&p.umem[d.Addr]))
 		pk := &pool[got]
 		pk.SetBuffer(p, base, p.umem[base:base+fs:base+fs], int(off), int(d.Len), inPort)
 		b.Append(pk)

@@ -9,3 +9,17 @@ import "unsafe"
 //
 //go:noescape
 func Lines4(p unsafe.Pointer)
+
+// Three prefetches the cache lines at a, b and c (the connection table:
+// a key's two buckets, the first one's second line).
+//
+//go:noescape
+func Three(a, b, c unsafe.Pointer)
+
+// Frame prefetches the cache line at p, a received frame's first bytes,
+// the line in front of it, where an encapsulating stage writes its outer
+// headers, and the line after it, where a VXLAN frame's inner headers
+// start. p-64 and p+64 need not be mapped: a prefetch never faults.
+//
+//go:noescape
+func Frame(p unsafe.Pointer)

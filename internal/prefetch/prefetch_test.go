@@ -5,7 +5,7 @@ import (
 	"unsafe"
 )
 
-// TestLines4 runs Lines4 over a block: a prefetch changes no memory and
+// TestLines4 runs the prefetches over a block: a prefetch changes no memory and
 // does not fault on live memory.
 func TestLines4(t *testing.T) {
 	buf := make([]byte, 4096)
@@ -14,6 +14,8 @@ func TestLines4(t *testing.T) {
 	}
 	for off := 0; off+256 <= len(buf); off += 64 {
 		Lines4(unsafe.Pointer(&buf[off]))
+		Three(unsafe.Pointer(&buf[off]), unsafe.Pointer(&buf[off+64]), unsafe.Pointer(&buf[off+128]))
+		Frame(unsafe.Pointer(&buf[off+64]))
 	}
 	for i := range buf {
 		if buf[i] != byte(i) {
