@@ -612,7 +612,7 @@ func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q 
 	}
 
 	class := p.StateClass()
-	if e, cur, age, ok := ct.LookupPreparedAge(q, now); ok {
+	if e, cur, age, last, ok := ct.LookupPreparedSeen(q, now); ok {
 		// The entry names the backend by ID and where it was
 		// (flow.Rule.Entry): one comparison while it is still there.
 		idx, found := r.EntryIndex(e) // inlined; the lookup by ID when a reload moved the backend
@@ -623,12 +623,8 @@ func (s *Stage) place(st *workerState, snap *flow.Snapshot, p *engine.Packet, q 
 			p.Backend = int32(idx)
 			if cur == class && (cur == flow.ClassEstablished || cur == flow.ClassUDP) {
 				// A proven flow's packet of its own class: Next leaves
-				// the entry as it is. The lookup refreshed its
-				// last-seen if it lagged by more than RefreshAfter.
-				if seen = now; int32(age) <= int32(ct.RefreshAfter(cur)) {
-					seen -= age
-				}
-				return 0, seen, true
+				// the entry as it is; last is its last-seen now.
+				return 0, last, true
 			}
 			if next := ct.Next(cur, class, age); next != cur {
 				if ct.SetClassPrepared(q, next, now) && cur == flow.ClassUntrusted {

@@ -124,3 +124,19 @@ func (t *ConnTable) RefreshAfter(c StateClass) Tick {
 	}
 	return Tick(t.slack[c])
 }
+
+// LookupPreparedSeen is LookupPreparedAge that also returns the entry's
+// last-seen tick as the lookup leaves it: now when it refreshed the entry
+// (see RefreshAfter), else the tick it holds — also when the refresh was
+// lost to a writer or a table split at the same moment, which the flow's
+// next lookup makes up for. A caller that keeps the flow's decision
+// between lookups (the Mux's fast path) looks up again once the entry
+// would lag by more than RefreshAfter from this tick.
+func (t *ConnTable) LookupPreparedSeen(q *ConnQuery, now Tick) (backend uint32, class StateClass, age, seen Tick, ok bool) {
+	var refreshed bool
+	backend, class, age, refreshed, ok = t.lookupPrepared(q, now, true)
+	if seen = now; !refreshed {
+		seen = now - age
+	}
+	return backend, class, age, seen, ok
+}

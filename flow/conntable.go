@@ -506,7 +506,8 @@ func (t *ConnTable) LookupPrepared(q *ConnQuery, now Tick) (backend uint32, clas
 // entry was last written or refreshed: for an untrusted entry, which
 // lookups never refresh, how long ago it was stored. Pass it to Next.
 func (t *ConnTable) LookupPreparedAge(q *ConnQuery, now Tick) (backend uint32, class StateClass, age Tick, ok bool) {
-	return t.lookupPrepared(q, now, true)
+	backend, class, age, _, ok = t.lookupPrepared(q, now, true)
+	return backend, class, age, ok
 }
 
 // PeekPrepared is LookupPrepared without the refresh: it tells whether
@@ -515,25 +516,25 @@ func (t *ConnTable) LookupPreparedAge(q *ConnQuery, now Tick) (backend uint32, c
 // ports for a free one must not extend the lives of the connections it
 // finds.
 func (t *ConnTable) PeekPrepared(q *ConnQuery, now Tick) (backend uint32, class StateClass, ok bool) {
-	backend, class, _, ok = t.lookupPrepared(q, now, false)
+	backend, class, _, _, ok = t.lookupPrepared(q, now, false)
 	return backend, class, ok
 }
 
-func (t *ConnTable) lookupPrepared(q *ConnQuery, now Tick, refresh bool) (backend uint32, class StateClass, age Tick, ok bool) {
+func (t *ConnTable) lookupPrepared(q *ConnQuery, now Tick, refresh bool) (backend uint32, class StateClass, age Tick, refreshed, ok bool) {
 	var seen Tick
 	switch q.family {
 	case FamilyIPv4:
-		backend, class, seen, ok = t.v4.lookupFrom(&q.p, q.hash, q.geo, q.i1, q.i2, now, t, refresh)
+		backend, class, seen, refreshed, ok = t.v4.lookupFrom(&q.p, q.hash, q.geo, q.i1, q.i2, now, t, refresh)
 	case FamilyIPv6:
-		backend, class, seen, ok = t.v6.lookupFrom(&q.p, q.hash, q.geo, q.i1, q.i2, now, t, refresh)
+		backend, class, seen, refreshed, ok = t.v6.lookupFrom(&q.p, q.hash, q.geo, q.i1, q.i2, now, t, refresh)
 	}
 	if !ok {
-		return 0, 0, 0, false
+		return 0, 0, 0, false, false
 	}
 	if age = now - seen; int32(age) < 0 {
 		age = 0 // written after the caller read its clock
 	}
-	return backend, class, age, true
+	return backend, class, age, refreshed, true
 }
 
 // Next returns the class a flow of class cur moves to when a packet

@@ -382,7 +382,7 @@ func (t *ctTable[S, P]) search(k *ctKey, hash, tag uint64) (bi uint64, j int, v 
 func (t *ctTable[S, P]) lookup(k *ctKey, hash uint64, now Tick, c *ConnTable) (uint32, StateClass, bool) {
 	g := t.geo.Load()
 	i1, i2 := t.index(hash, g)
-	b, cls, _, ok := t.lookupFrom(k, hash, g, i1, i2, now, c, true)
+	b, cls, _, _, ok := t.lookupFrom(k, hash, g, i1, i2, now, c, true)
 	return b, cls, ok
 }
 
@@ -412,8 +412,8 @@ func (b *ctBucket[S, P]) line(l uintptr) *atomic.Uint64 {
 // lookupFrom is lookup with the candidate buckets i1, i2 found under
 // geometry g; the second bucket's header is read only when the first does
 // not hold the key. It also returns the entry's last-seen tick as read
-// (before any refresh).
-func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, g, i1, i2 uint64, now Tick, c *ConnTable, refresh bool) (uint32, StateClass, Tick, bool) {
+// (before any refresh), and whether it refreshed it.
+func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, g, i1, i2 uint64, now Tick, c *ConnTable, refresh bool) (_ uint32, _ StateClass, _ Tick, refreshed, found bool) {
 	tag := ctTag(hash)
 	// search, written out.
 	var (
@@ -443,12 +443,12 @@ func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, g, i1, i2 uint64, now Tick, c
 		if !ok || !ok2 || g2 != g {
 			t.stripe(c, i1).contended.Add(1)
 		}
-		return 0, 0, 0, false
+		return 0, 0, 0, false, false
 	}
 	cls := ctClass(h, j)
 	seen := ctSeen(v)
 	if ctIdle(now, seen, c.timeout[cls]) {
-		return 0, 0, 0, false
+		return 0, 0, 0, false, false
 	}
 	if refresh && int32(uint32(now-seen)) > int32(c.slack[cls]) {
 		// Refresh last-seen, but only once it lags by more than 1/32 of the
@@ -460,9 +460,9 @@ func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, g, i1, i2 uint64, now Tick, c
 		// split moved the entry since the read, the CAS lands on the slot
 		// it left, which is free; the moved entry is refreshed by the
 		// flow's next packet.)
-		b.val(j).CompareAndSwap(v, v&^(1<<32-1)|uint64(now))
+		refreshed = b.val(j).CompareAndSwap(v, v&^(1<<32-1)|uint64(now))
 	}
-	return ctBackend(v), cls, Tick(seen), true
+	return ctBackend(v), cls, Tick(seen), refreshed, true
 }
 
 // insert implements ConnTable.Insert for one key width.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"testing"
 	"time"
 	"unsafe"
@@ -572,5 +573,33 @@ func TestRefreshAfter(t *testing.T) {
 		{ctClasses, 0},
 	} {
 		require.Equal(t, c.want, ct.RefreshAfter(c.class), "%v", c.class)
+	}
+}
+
+// TestLookupPreparedSeen: the last-seen a lookup reports is the entry's
+// as the lookup leaves it — as it was while it lags by at most
+// RefreshAfter, the lookup's tick once the lookup refreshed it.
+func TestLookupPreparedSeen(t *testing.T) {
+	ct, err := NewConnTable(ConnTableConfig{Capacity: 64})
+	require.NoError(t, err)
+	k := KeyFrom(0, ProtoTCP, netip.MustParseAddrPort("198.18.0.1:1000"), netip.MustParseAddrPort("198.18.100.1:80"))
+	const t0 = Tick(1000)
+	require.True(t, ct.Insert(&k, 7, ClassEstablished, t0).Stored())
+	slack := ct.RefreshAfter(ClassEstablished)
+	var q ConnQuery
+	for _, s := range []struct {
+		now, seen Tick
+	}{
+		{t0 + slack/2, t0},               // not refreshed
+		{t0 + slack, t0},                 // lags by exactly RefreshAfter: not yet
+		{t0 + slack + 1, t0 + slack + 1}, // refreshed
+		{t0 + slack + 2, t0 + slack + 1},
+	} {
+		ct.Prepare(&q, &k)
+		b, c, _, seen, ok := ct.LookupPreparedSeen(&q, s.now)
+		require.True(t, ok)
+		require.Equal(t, uint32(7), b)
+		require.Equal(t, ClassEstablished, c)
+		require.Equal(t, s.seen, seen, "at %d", s.now)
 	}
 }
