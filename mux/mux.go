@@ -14,7 +14,9 @@
 // the packet: see package guard; the partial-checksum stage completes the
 // TCP/UDP checksums that senders on the same machine leave to offload; see
 // engine.PartialChecksums; the worker runs these stages fused as one, with
-// the same output, in fewer loops over a batch: see fused.go)
+// the same output, in fewer loops over a batch: see fused.go; and a packet
+// of an established flow whose whole decision the worker keeps is
+// encapsulated from it, with the same output: see fastpath.go)
 // and announces the VIPs that can be served over BGP (bgp).
 //
 // # Returning traffic of outbound connections
