@@ -108,9 +108,12 @@
 // DIP:dport: the outer source and the quoted destination become the VIP
 // endpoint, found by state or statelessly. The quoted IPv4 header checksum,
 // the quoted TCP or UDP checksum (when the quote holds it whole) and the
-// ICMP checksum stay right. Errors never create or change state. A quote too
-// short for the ports, a quoted non-first fragment or an IPv6 quote with
-// extension headers is dropped as bad_l4.
+// ICMP checksum stay right. An IPv6 quote's ports are found behind its
+// extension headers (destination options, a first fragment's Fragment
+// header, ...), as in a packet itself. Errors never create or change state.
+// A quote too short for the ports, a quoted non-first fragment or an IPv6
+// quote whose extension chain is cut, too long or malformed is dropped as
+// bad_l4.
 //
 // # Direct connections
 //

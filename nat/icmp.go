@@ -26,19 +26,34 @@ import (
 //     (else the stateless index). The outer source DIP becomes the VIP and
 //     the quoted destination DIP:dport becomes VIP:vport.
 //
+// An IPv6 quote's ports are found behind its extension headers
+// (destination options, a first fragment's Fragment header, ...) as in a
+// packet itself, with header.IPv6.QuotedTransportHeader (bounded by the
+// quote and by header.IPv6MaxExtensionHeaders), and translated the same
+// way; the chain itself is left as it is.
+//
 // Every checksum stays right: the outer IPv4 header's and (IPv6) the
 // ICMPv6 pseudo-header's through header.RewriteIPv4/RewriteIPv6; the
 // quoted IPv4 header checksum and the quoted TCP/UDP checksum when the
 // quote holds it, through the header views' incremental updates; and the
 // ICMP checksum over the rewritten quote bytes with header.ChecksumUpdate.
 // An error never creates or changes connection state. A quote too short to
-// hold the ports, a quoted non-first fragment, or (IPv6) a quote with
-// extension headers is dropped as engine.DropBadL4.
+// hold the ports, a quoted non-first fragment, or (IPv6) a quote whose
+// extension chain is cut by the end of the quote, too long or malformed
+// (or holds a Routing header with Segments Left > 0, see quotedChain) is
+// dropped as engine.DropBadL4.
 
-// Quoted bytes the translation may change: the quoted IP header (at most
-// 60 bytes) and the first 20 bytes of the quoted transport header (TCP
-// checksum included).
-const maxQuoteEdit = 60 + header.TCPMinSize
+// Quoted bytes the translation may change, edited in one run: the quoted
+// IP header (at most maxQuoteIP bytes, an IPv6 extension chain included)
+// and the first 20 bytes of the quoted transport header (TCP checksum
+// included).
+const maxQuoteEdit = maxQuoteIP + header.TCPMinSize
+
+// maxQuoteIP is the longest quoted IP header rewriteQuote edits in place
+// with the transport header: an IPv4 header's longest, an IPv6 header's
+// with up to 20 bytes of extension headers. A longer IPv6 chain is
+// skipped (rewriteQuoteChain).
+const maxQuoteIP = 60
 
 // quote is a parsed ICMP error quote.
 type quote struct {
@@ -109,12 +124,15 @@ func parseQuote(p *engine.Packet, q *quote) bool {
 		}
 		ip := header.IPv6(b)
 		proto = ip.NextHeader()
+		q.l4 = q.l3 + header.IPv6Size
 		switch proto {
 		case flow.ProtoTCP, flow.ProtoUDP, flow.ProtoICMPv6:
 		default:
-			return false // extension headers: not walked in a quote
+			var ok bool
+			if proto, ok = quotedChain(q, ip); !ok {
+				return false
+			}
 		}
-		q.l4 = q.l3 + header.IPv6Size
 		q.key.SetIPv6(p.Key.VNI, proto, ip.SrcSlice(), ip.DstSlice(), 0, 0)
 	}
 	if proto == flow.ProtoTCP || proto == flow.ProtoUDP {
@@ -127,9 +145,54 @@ func parseQuote(p *engine.Packet, q *quote) bool {
 	return true
 }
 
+// quotedChain finds the transport header of the quoted IPv6 packet ip,
+// which has extension headers (or no TCP, UDP or ICMPv6 header at all),
+// with header.IPv6.QuotedTransportHeader: the chain is walked as the
+// parser walks a packet's own, bounded by the quote and by
+// header.IPv6MaxExtensionHeaders. It sets q.l4 and returns the quoted
+// protocol. It reports false, so the error is dropped, when the chain is
+// cut by the end of the quote, too long or malformed, when the quote is
+// of a non-first fragment (no ports), when the chain leads to no TCP, UDP
+// or ICMPv6 header, or when it holds a Routing header with Segments Left
+// > 0: then the quoted transport checksum's pseudo-header has the final
+// destination, from the Routing header, not the quoted Dst, which
+// rewriteQuote does not follow.
+func quotedChain(q *quote, ip header.IPv6) (proto uint8, ok bool) {
+	proto, off, frag, err := ip.QuotedTransportHeader()
+	if err != nil || frag.NonFirst() {
+		return 0, false
+	}
+	switch proto {
+	case flow.ProtoTCP, flow.ProtoUDP, flow.ProtoICMPv6:
+	default:
+		return 0, false
+	}
+	// The chain is whole and within ip (the walk checked it): look for a
+	// Routing header that still has segments to visit.
+	for o, h := header.IPv6Size, ip.NextHeader(); o < off; {
+		e := ip[o:]
+		size := (int(e[1]) + 1) * 8
+		switch h {
+		case header.ProtoRouting:
+			if e[3] != 0 { // Segments Left
+				return 0, false
+			}
+		case header.ProtoFragment:
+			size = header.IPv6FragmentHeaderSize
+		}
+		h, o = e[0], o+size
+	}
+	q.l4 = q.l3 + off
+	return proto, true
+}
+
 // rewriteQuote changes the address and port on one side of the quoted
 // packet and updates the quoted checksums it holds and the ICMP checksum.
 func rewriteQuote(q *quote, v4 bool, side header.Side, addr *[16]byte, port uint16) {
+	if q.l4-q.l3 > maxQuoteIP {
+		rewriteQuoteChain(q, side, addr, port)
+		return
+	}
 	end := min(len(q.icmp), q.l4+header.TCPMinSize)
 	edit := q.icmp[q.l3:end]
 	edit = edit[:len(edit)&^1] // whole 16-bit words, all the changes lie within
@@ -197,6 +260,26 @@ func rewriteQuote(q *quote, v4 bool, side header.Side, addr *[16]byte, port uint
 	// The ICMP checksum covers the quote: account for every changed word.
 	cs := binary.BigEndian.Uint16(q.icmp[2:])
 	binary.BigEndian.PutUint16(q.icmp[2:], header.ChecksumUpdate(cs, old[:len(edit)], edit))
+}
+
+// rewriteQuoteChain is rewriteQuote for a quoted IPv6 packet whose
+// extension headers are longer than rewriteQuote's scratch holds (more
+// than maxQuoteIP-40 bytes). The translation changes nothing in the chain,
+// so it rewrites a copy of the quote without it — the ICMP header, the
+// fixed IPv6 header and the first bytes of the transport header — and
+// copies those back. The ICMP checksum update is the same: the chain's
+// words are unchanged and a one's-complement sum does not depend on where
+// the changed words lie, both copies having them at even offsets (the
+// chain is a multiple of 8 bytes long).
+func rewriteQuoteChain(q *quote, side header.Side, addr *[16]byte, port uint16) {
+	const l4 = header.ICMPv4MinSize + header.IPv6Size // q.l3 is ICMPv4MinSize
+	var s [l4 + header.TCPMinSize]byte
+	copy(s[:l4], q.icmp)
+	n := copy(s[l4:], q.icmp[q.l4:])
+	short := quote{icmp: s[:l4+n], l3: q.l3, l4: l4, key: q.key}
+	rewriteQuote(&short, false, side, addr, port)
+	copy(q.icmp[:l4], s[:l4])
+	copy(q.icmp[q.l4:], s[l4:l4+n])
 }
 
 // inboundICMPError translates an ICMP error about a connection's reply (see
