@@ -102,6 +102,9 @@ func TestNoAllocs(t *testing.T) {
 		icmpErr(netip.MustParseAddr("198.18.50.1"), vipA, macA, tcp(ap(vipA, 80), ap(client4, 3)), 0, false),    // ICMP error (inbound)
 		icmpErr(netip.MustParseAddr("2001:db8:50::1"), vip6, mac6, udp(ap(vip6, 53), ap(client6, 3)), 0, false), // ICMPv6 error (inbound)
 		icmpErr(dipA, client4, macGW, udp(ap(client4, 4), ap(dipA, 53)), 0, true),                               // ICMP error (return)
+		icmpErrFrame(netip.MustParseAddr("2001:db8:50::1"), vip6, mac6, // ICMPv6 error quoting extension headers (inbound)
+			frameExt6(tcp(ap(vip6, 443), ap(client6, 3)), destOpts6, destOpts6, firstFrag6), 0, false),
+		icmpErrFrame(dip6, client6, macGW, frameExt6(udp(ap(client6, 4), ap(dip6, 53)), destOpts6, firstFrag6), 0, true), // and return
 	}
 	oddB := newBatch(t, vni, odd)
 
