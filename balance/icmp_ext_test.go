@@ -1,7 +1,6 @@
 package balance_test
 
 import (
-	"encoding/binary"
 	"net/netip"
 	"slices"
 	"testing"
@@ -17,44 +16,6 @@ import (
 	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
-// ext6 is an IPv6 extension header of a quoted packet: its protocol
-// number, and its layer given the header that follows it.
-type ext6 struct {
-	proto layers.IPProtocol
-	layer func(next layers.IPProtocol) gopacket.SerializableLayer
-}
-
-var (
-	destOpts6 = ext6{layers.IPProtocolIPv6Destination, func(next layers.IPProtocol) gopacket.SerializableLayer {
-		d := &layers.IPv6Destination{Options: []*layers.IPv6DestinationOption{{OptionType: 0x1e, OptionData: []byte{1, 2, 3, 4}}}}
-		d.NextHeader = next
-		return d
-	}}
-	hopByHop6 = ext6{layers.IPProtocolIPv6HopByHop, func(next layers.IPProtocol) gopacket.SerializableLayer {
-		h := &layers.IPv6HopByHop{Options: []*layers.IPv6HopByHopOption{{OptionType: 0x1e, OptionData: []byte{5, 6, 7, 8}}}}
-		h.NextHeader = next
-		return h
-	}}
-	// A type 0 Routing header with no segments left, by hand: gopacket
-	// cannot serialise one.
-	routing6 = ext6{layers.IPProtocolIPv6Routing, func(next layers.IPProtocol) gopacket.SerializableLayer {
-		return gopacket.Payload{byte(next), 0, 0, 0, 0, 0, 0, 0}
-	}}
-)
-
-// fragment6 is a Fragment header, by hand (gopacket cannot serialise one).
-func fragment6(offset uint16, more bool) ext6 {
-	return ext6{layers.IPProtocolIPv6Fragment, func(next layers.IPProtocol) gopacket.SerializableLayer {
-		fo := offset << 3
-		if more {
-			fo |= 1
-		}
-		h := gopacket.Payload{byte(next), 0, 0, 0, 0, 0, 0x12, 0x34}
-		binary.BigEndian.PutUint16(h[2:], fo)
-		return h
-	}}
-}
-
 var (
 	extClient6 = netip.MustParseAddr("2001:db8:1::56")
 	extRouter6 = netip.MustParseAddr("2001:db8:1::fe")
@@ -65,23 +26,14 @@ var (
 // between the fixed header and the transport header (or, for a non-first
 // fragment, the fragment's data), and 1400 bytes of payload: more than
 // an ICMPv6 error quotes.
-func quotedReply6(t *testing.T, tcp, nonFirst bool, exts ...ext6) []byte {
+func quotedReply6(t *testing.T, tcp, nonFirst bool, exts ...gpkt.Ext6) []byte {
 	transport := layers.IPProtocolUDP
 	if tcp {
 		transport = layers.IPProtocolTCP
 	}
-	ip := &layers.IPv6{Version: 6, HopLimit: 60, NextHeader: transport, SrcIP: vip6.AsSlice(), DstIP: extClient6.AsSlice()}
-	if len(exts) > 0 {
-		ip.NextHeader = exts[0].proto
-	}
-	ls := []gopacket.SerializableLayer{ip}
-	for i, e := range exts {
-		next := transport
-		if i+1 < len(exts) {
-			next = exts[i+1].proto
-		}
-		ls = append(ls, e.layer(next))
-	}
+	first, chain := gpkt.Chain6(transport, exts...)
+	ip := &layers.IPv6{Version: 6, HopLimit: 60, NextHeader: first, SrcIP: vip6.AsSlice(), DstIP: extClient6.AsSlice()}
+	ls := append([]gopacket.SerializableLayer{ip}, chain...)
 	switch {
 	case nonFirst:
 	case tcp:
@@ -90,15 +42,6 @@ func quotedReply6(t *testing.T, tcp, nonFirst bool, exts ...ext6) []byte {
 		ls = append(ls, &layers.UDP{SrcPort: 53, DstPort: 40001})
 	}
 	return gpkt.Serialize(t, append(ls, gopacket.Payload(make([]byte, 1400)))...)
-}
-
-// chainLen is the size of the extension headers exts.
-func chainLen(t *testing.T, exts []ext6) int {
-	n := 0
-	for _, e := range exts {
-		n += len(gpkt.Serialize(t, e.layer(layers.IPProtocolTCP)))
-	}
-	return n
 }
 
 // packetTooBig6 is the Packet Too Big a router sends the VIP about
@@ -185,34 +128,34 @@ func TestICMPv6ErrorQuoteExtensionHeaders(t *testing.T) {
 	require.Equal(t, tcpFlow, plain[true])
 	require.Equal(t, udpFlow, plain[false])
 
-	nine := slices.Repeat([]ext6{destOpts6}, header.IPv6MaxExtensionHeaders+1)
+	nine := slices.Repeat([]gpkt.Ext6{gpkt.DestOpts6}, header.IPv6MaxExtensionHeaders+1)
 	for _, tc := range []struct {
 		name     string
 		tcp      bool
 		nonFirst bool
-		exts     []ext6
+		exts     []gpkt.Ext6
 		cut      bool // the quote ends past bytes after the chain (before it if negative), not where 1280 bytes end
 		past     int
 		follows  bool // keyed as the quote without extension headers, to the flow's DIP; else dropped as no_rule
 	}{
-		{"destination options, first fragment", true, false, []ext6{destOpts6, fragment6(0, true)}, false, 0, true},
-		{"hop-by-hop, routing, destination options", true, false, []ext6{hopByHop6, routing6, destOpts6}, false, 0, true},
-		{"atomic fragment", true, false, []ext6{fragment6(0, false)}, false, 0, true},
-		{"UDP behind destination options, first fragment", false, false, []ext6{destOpts6, fragment6(0, true)}, false, 0, true},
-		{"eight headers", true, false, slices.Repeat([]ext6{destOpts6}, header.IPv6MaxExtensionHeaders), false, 0, true},
-		{"quote ends after the ports", true, false, []ext6{destOpts6, fragment6(0, true)}, true, 4, true},
-		{"quote ends inside the ports", true, false, []ext6{destOpts6, fragment6(0, true)}, true, 3, false},
-		{"quote ends with the chain", true, false, []ext6{destOpts6, fragment6(0, true)}, true, 0, false},
-		{"quote ends inside the chain", true, false, []ext6{destOpts6, fragment6(0, true)}, true, -4, false},
+		{"destination options, first fragment", true, false, []gpkt.Ext6{gpkt.DestOpts6, gpkt.Fragment6(0, true)}, false, 0, true},
+		{"hop-by-hop, routing, destination options", true, false, []gpkt.Ext6{gpkt.HopByHop6, gpkt.Routing6(0), gpkt.DestOpts6}, false, 0, true},
+		{"atomic fragment", true, false, []gpkt.Ext6{gpkt.Fragment6(0, false)}, false, 0, true},
+		{"UDP behind destination options, first fragment", false, false, []gpkt.Ext6{gpkt.DestOpts6, gpkt.Fragment6(0, true)}, false, 0, true},
+		{"eight headers", true, false, slices.Repeat([]gpkt.Ext6{gpkt.DestOpts6}, header.IPv6MaxExtensionHeaders), false, 0, true},
+		{"quote ends after the ports", true, false, []gpkt.Ext6{gpkt.DestOpts6, gpkt.Fragment6(0, true)}, true, 4, true},
+		{"quote ends inside the ports", true, false, []gpkt.Ext6{gpkt.DestOpts6, gpkt.Fragment6(0, true)}, true, 3, false},
+		{"quote ends with the chain", true, false, []gpkt.Ext6{gpkt.DestOpts6, gpkt.Fragment6(0, true)}, true, 0, false},
+		{"quote ends inside the chain", true, false, []gpkt.Ext6{gpkt.DestOpts6, gpkt.Fragment6(0, true)}, true, -4, false},
 		{"nine headers", true, false, nine, false, 0, false},
-		{"hop-by-hop not first", true, false, []ext6{destOpts6, hopByHop6}, false, 0, false},
-		{"two fragment headers", true, false, []ext6{fragment6(0, true), fragment6(0, true)}, false, 0, false},
-		{"non-first fragment", true, true, []ext6{destOpts6, fragment6(185, true)}, false, 0, false},
+		{"hop-by-hop not first", true, false, []gpkt.Ext6{gpkt.DestOpts6, gpkt.HopByHop6}, false, 0, false},
+		{"two fragment headers", true, false, []gpkt.Ext6{gpkt.Fragment6(0, true), gpkt.Fragment6(0, true)}, false, 0, false},
+		{"non-first fragment", true, true, []gpkt.Ext6{gpkt.DestOpts6, gpkt.Fragment6(185, true)}, false, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := quotedReply6(t, tc.tcp, tc.nonFirst, tc.exts...)
 			if tc.cut {
-				q = q[:header.IPv6Size+chainLen(t, tc.exts)+tc.past]
+				q = q[:header.IPv6Size+gpkt.ChainLen6(tc.exts...)+tc.past]
 			}
 			got := run(packetTooBig6(t, q))
 			if tc.follows {
@@ -236,7 +179,7 @@ func TestICMPv6ErrorQuoteExtensionHeadersNoAllocs(t *testing.T) {
 	count := engine.StageFunc(func(b *engine.Batch) { forwarded += b.Len() })
 	port, err := engine.NewMemPort(engine.MemPortConfig{})
 	require.NoError(t, err)
-	frame := packetTooBig6(t, quotedReply6(t, true, false, hopByHop6, routing6, destOpts6, fragment6(0, true)))
+	frame := packetTooBig6(t, quotedReply6(t, true, false, gpkt.HopByHop6, gpkt.Routing6(0), gpkt.DestOpts6, gpkt.Fragment6(0, true)))
 	port.Replay(slices.Repeat([][]byte{frame}, engine.MaxBatch))
 	w, err := engine.NewWorker(engine.WorkerConfig{Ports: []engine.Port{port},
 		Inputs: []engine.Input{{Port: 0, Pipeline: engine.NewPipeline(engine.Parse{}, icmp, h.stage, count)}}})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 	"github.com/xdplb/xdplb/nat"
 )
 
@@ -103,8 +104,8 @@ func TestNoAllocs(t *testing.T) {
 		icmpErr(netip.MustParseAddr("2001:db8:50::1"), vip6, mac6, udp(ap(vip6, 53), ap(client6, 3)), 0, false), // ICMPv6 error (inbound)
 		icmpErr(dipA, client4, macGW, udp(ap(client4, 4), ap(dipA, 53)), 0, true),                               // ICMP error (return)
 		icmpErrFrame(netip.MustParseAddr("2001:db8:50::1"), vip6, mac6, // ICMPv6 error quoting extension headers (inbound)
-			frameExt6(tcp(ap(vip6, 443), ap(client6, 3)), destOpts6, destOpts6, firstFrag6), 0, false),
-		icmpErrFrame(dip6, client6, macGW, frameExt6(udp(ap(client6, 4), ap(dip6, 53)), destOpts6, firstFrag6), 0, true), // and return
+			frameExt6(tcp(ap(vip6, 443), ap(client6, 3)), gpkt.DestOpts6, gpkt.DestOpts6, firstFrag6), 0, false),
+		icmpErrFrame(dip6, client6, macGW, frameExt6(udp(ap(client6, 4), ap(dip6, 53)), gpkt.DestOpts6, firstFrag6), 0, true), // and return
 	}
 	oddB := newBatch(t, vni, odd)
 

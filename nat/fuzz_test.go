@@ -9,6 +9,7 @@ import (
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/header"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
 // fuzzSeeds are frames of every kind the stages handle, and a few they
@@ -46,17 +47,17 @@ func fuzzSeeds(reply bool) [][]byte {
 			// ICMPv6 errors quoting packets with extension headers: a
 			// first fragment behind destination options, a chain longer
 			// than the quote's edit window, a chain cut by the quote.
-			icmpErrFrame(dip6, client6, macGW, frameExt6(udp(ap(client6, 5002), ap(dip6, 53)), destOpts6, firstFrag6), 0, true),
-			icmpErrFrame(dip6, client6, macGW, frameExt6(tcp(ap(client6, 5001), ap(dip6, 8443)), destOpts6, destOpts6, firstFrag6), 0, true),
-			icmpErrFrame(dip6, client6, macGW, frameExt6(udp(ap(client6, 5002), ap(dip6, 53)), destOpts6, firstFrag6), 40+12, true))
+			icmpErrFrame(dip6, client6, macGW, frameExt6(udp(ap(client6, 5002), ap(dip6, 53)), gpkt.DestOpts6, firstFrag6), 0, true),
+			icmpErrFrame(dip6, client6, macGW, frameExt6(tcp(ap(client6, 5001), ap(dip6, 8443)), gpkt.DestOpts6, gpkt.DestOpts6, firstFrag6), 0, true),
+			icmpErrFrame(dip6, client6, macGW, frameExt6(udp(ap(client6, 5002), ap(dip6, 53)), gpkt.DestOpts6, firstFrag6), 40+12, true))
 	} else {
 		out = append(out,
 			icmpErr(router, vipA, macA, tcp(ap(vipA, 80), ap(client4, 1000)), 0, false),
 			icmpErr(router, vipA, macA, tcp(ap(vipA, 80), ap(client4, 1000)), 28, false),
 			icmpErr(netip.MustParseAddr("2001:db8:50::1"), vip6, mac6, udp(ap(vip6, 53), ap(client6, 1006)), 0, false),
-			icmpErrFrame(netip.MustParseAddr("2001:db8:50::1"), vip6, mac6, frameExt6(tcp(ap(vip6, 443), ap(client6, 1005)), destOpts6, firstFrag6), 0, false),
-			icmpErrFrame(netip.MustParseAddr("2001:db8:50::1"), vip6, mac6, frameExt6(udp(ap(vip6, 53), ap(client6, 1006)), destOpts6, destOpts6, firstFrag6), 0, false),
-			icmpErrFrame(netip.MustParseAddr("2001:db8:50::1"), vip6, mac6, frameExt6(tcp(ap(vip6, 443), ap(client6, 1005)), destOpts6, firstFrag6), 40+12, false))
+			icmpErrFrame(netip.MustParseAddr("2001:db8:50::1"), vip6, mac6, frameExt6(tcp(ap(vip6, 443), ap(client6, 1005)), gpkt.DestOpts6, firstFrag6), 0, false),
+			icmpErrFrame(netip.MustParseAddr("2001:db8:50::1"), vip6, mac6, frameExt6(udp(ap(vip6, 53), ap(client6, 1006)), gpkt.DestOpts6, gpkt.DestOpts6, firstFrag6), 0, false),
+			icmpErrFrame(netip.MustParseAddr("2001:db8:50::1"), vip6, mac6, frameExt6(tcp(ap(vip6, 443), ap(client6, 1005)), gpkt.DestOpts6, firstFrag6), 40+12, false))
 	}
 	f := out[0]
 	out = append(out, f[:len(f)-1], f[:34], []byte{}, make([]byte, 60))

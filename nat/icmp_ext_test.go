@@ -16,67 +16,20 @@ import (
 	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
-// ext6 is an IPv6 extension header of a quoted packet: its protocol
-// number, and its layer given the header that follows it.
-type ext6 struct {
-	proto layers.IPProtocol
-	layer func(next layers.IPProtocol) gopacket.SerializableLayer
-}
-
-// destOpts6 is a Destination Options header (8 bytes), by gopacket.
-var destOpts6 = ext6{layers.IPProtocolIPv6Destination, func(next layers.IPProtocol) gopacket.SerializableLayer {
-	d := &layers.IPv6Destination{Options: []*layers.IPv6DestinationOption{{OptionType: 0x1e, OptionData: []byte{1, 2, 3, 4}}}}
-	d.NextHeader = next
-	return d
-}}
-
-// fragment6 is a Fragment header, by hand (gopacket cannot serialise one).
-func fragment6(offset uint16, more bool) ext6 {
-	return ext6{layers.IPProtocolIPv6Fragment, func(next layers.IPProtocol) gopacket.SerializableLayer {
-		fo := offset << 3
-		if more {
-			fo |= 1
-		}
-		h := gopacket.Payload{byte(next), 0, 0, 0, 0, 0, 0x12, 0x34}
-		binary.BigEndian.PutUint16(h[2:], fo)
-		return h
-	}}
-}
-
-// routing6 is a type 0 Routing header with one address and segmentsLeft
-// segments left, by hand (gopacket cannot serialise one).
-func routing6(segmentsLeft byte) ext6 {
-	return ext6{layers.IPProtocolIPv6Routing, func(next layers.IPProtocol) gopacket.SerializableLayer {
-		h := make(gopacket.Payload, 24)
-		h[0], h[1], h[3] = byte(next), 2, segmentsLeft
-		copy(h[8:], netip.MustParseAddr("2001:db8:77::1").AsSlice())
-		return h
-	}}
-}
-
 // firstFrag6 is the Fragment header of a first fragment.
-var firstFrag6 = fragment6(0, true)
+var firstFrag6 = gpkt.Fragment6(0, true)
 
 // frameExt6 is p's frame (IPv6, TCP or UDP) with exts between the fixed
 // header and the transport header; the transport checksum is gopacket's
 // over the segment in the frame.
-func frameExt6(p pkt, exts ...ext6) []byte {
+func frameExt6(p pkt, exts ...gpkt.Ext6) []byte {
 	transport := layers.IPProtocol(p.protocol())
-	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: transport, SrcIP: p.src.Addr().AsSlice(), DstIP: p.dst.Addr().AsSlice()}
-	if len(exts) > 0 {
-		ip.NextHeader = exts[0].proto
-	}
-	ls := []gopacket.SerializableLayer{
+	first, chain := gpkt.Chain6(transport, exts...)
+	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: first, SrcIP: p.src.Addr().AsSlice(), DstIP: p.dst.Addr().AsSlice()}
+	ls := append([]gopacket.SerializableLayer{
 		&layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0xee, 1}, DstMAC: net.HardwareAddr(p.dstMAC[:]), EthernetType: layers.EthernetTypeIPv6},
 		ip,
-	}
-	for i, e := range exts {
-		next := transport
-		if i+1 < len(exts) {
-			next = exts[i+1].proto
-		}
-		ls = append(ls, e.layer(next))
-	}
+	}, chain...)
 	if transport == layers.IPProtocolTCP {
 		ls = append(ls, &layers.TCP{SrcPort: layers.TCPPort(p.src.Port()), DstPort: layers.TCPPort(p.dst.Port()),
 			Seq: 1000, Ack: 2000, ACK: true, Window: 65000})
@@ -84,15 +37,6 @@ func frameExt6(p pkt, exts ...ext6) []byte {
 		ls = append(ls, &layers.UDP{SrcPort: layers.UDPPort(p.src.Port()), DstPort: layers.UDPPort(p.dst.Port())})
 	}
 	return gpkt.MustSerialize(append(ls, gopacket.Payload("0123456789abcdef0123456789abcdef"))...)
-}
-
-// chainLen6 is the length of the extension headers exts.
-func chainLen6(exts []ext6) int {
-	n := 0
-	for _, e := range exts {
-		n += len(gpkt.MustSerialize(e.layer(layers.IPProtocolTCP)))
-	}
-	return n
 }
 
 // TestICMPv6ErrorsQuoteExtensionHeaders: an ICMPv6 error (Packet Too Big,
@@ -111,17 +55,17 @@ func TestICMPv6ErrorsQuoteExtensionHeaders(t *testing.T) {
 	router6 := netip.MustParseAddr("2001:db8:50::1")
 	chains := []struct {
 		name string
-		exts []ext6
+		exts []gpkt.Ext6
 		cut  int // quote length past the fixed header and the chain, 0: whole
 	}{
-		{"destination options", []ext6{destOpts6}, 0},
-		{"first fragment", []ext6{firstFrag6}, 0},
-		{"destination options, first fragment", []ext6{destOpts6, firstFrag6}, 0},
-		{"destination options, first fragment, quote cut in the payload", []ext6{destOpts6, firstFrag6}, 23},
-		{"24-byte chain", []ext6{destOpts6, destOpts6, firstFrag6}, 0},
-		{"24-byte chain, quote cut in the payload", []ext6{destOpts6, destOpts6, firstFrag6}, 23},
-		{"routing (no segments left), destination options", []ext6{routing6(0), destOpts6}, 0},
-		{"eight headers", slices.Repeat([]ext6{destOpts6}, header.IPv6MaxExtensionHeaders), 0},
+		{"destination options", []gpkt.Ext6{gpkt.DestOpts6}, 0},
+		{"first fragment", []gpkt.Ext6{firstFrag6}, 0},
+		{"destination options, first fragment", []gpkt.Ext6{gpkt.DestOpts6, firstFrag6}, 0},
+		{"destination options, first fragment, quote cut in the payload", []gpkt.Ext6{gpkt.DestOpts6, firstFrag6}, 23},
+		{"24-byte chain", []gpkt.Ext6{gpkt.DestOpts6, gpkt.DestOpts6, firstFrag6}, 0},
+		{"24-byte chain, quote cut in the payload", []gpkt.Ext6{gpkt.DestOpts6, gpkt.DestOpts6, firstFrag6}, 23},
+		{"routing (no segments left), destination options", []gpkt.Ext6{gpkt.Routing6(0), gpkt.DestOpts6}, 0},
+		{"eight headers", slices.Repeat([]gpkt.Ext6{gpkt.DestOpts6}, header.IPv6MaxExtensionHeaders), 0},
 	}
 	kinds := []struct {
 		name  string
@@ -146,7 +90,7 @@ func TestICMPv6ErrorsQuoteExtensionHeaders(t *testing.T) {
 	for _, ch := range chains {
 		n := 0
 		if ch.cut != 0 {
-			n = header.IPv6Size + chainLen6(ch.exts) + ch.cut
+			n = header.IPv6Size + gpkt.ChainLen6(ch.exts...) + ch.cut
 		}
 		for _, k := range kinds {
 			for _, fl := range flows {
@@ -182,11 +126,11 @@ func TestICMPv6ErrorsQuoteExtensionHeaders(t *testing.T) {
 	}
 
 	// Quotes the NAT cannot translate: dropped as before, as bad_l4.
-	nine := slices.Repeat([]ext6{destOpts6}, header.IPv6MaxExtensionHeaders+1)
-	both := []ext6{destOpts6, firstFrag6}
+	nine := slices.Repeat([]gpkt.Ext6{gpkt.DestOpts6}, header.IPv6MaxExtensionHeaders+1)
+	both := []gpkt.Ext6{gpkt.DestOpts6, firstFrag6}
 	bad := []struct {
 		name string
-		exts []ext6
+		exts []gpkt.Ext6
 		cut  int // quote length past the fixed header and the chain (negative: into the chain), 0: whole
 	}{
 		{"chain cut in destination options", both, -12},
@@ -194,18 +138,18 @@ func TestICMPv6ErrorsQuoteExtensionHeaders(t *testing.T) {
 		{"quote ends after the chain", both, 0 + 1<<16},
 		{"quote ends inside the ports", both, 3},
 		{"nine headers", nine, 0},
-		{"non-first fragment", []ext6{destOpts6, fragment6(1, false)}, 0},
-		{"two fragment headers", []ext6{firstFrag6, firstFrag6}, 0},
-		{"routing with a segment left", []ext6{destOpts6, routing6(1)}, 0},
+		{"non-first fragment", []gpkt.Ext6{gpkt.DestOpts6, gpkt.Fragment6(1, false)}, 0},
+		{"two fragment headers", []gpkt.Ext6{firstFrag6, firstFrag6}, 0},
+		{"routing with a segment left", []gpkt.Ext6{gpkt.DestOpts6, gpkt.Routing6(1)}, 0},
 	}
-	n := func(t *testing.T, exts []ext6, cut int) int {
+	n := func(t *testing.T, exts []gpkt.Ext6, cut int) int {
 		switch {
 		case cut == 0:
 			return 0
 		case cut == 1<<16:
-			return header.IPv6Size + chainLen6(exts)
+			return header.IPv6Size + gpkt.ChainLen6(exts...)
 		}
-		return header.IPv6Size + chainLen6(exts) + cut
+		return header.IPv6Size + gpkt.ChainLen6(exts...) + cut
 	}
 	for _, tc := range bad {
 		for _, k := range kinds {
@@ -231,7 +175,7 @@ func TestICMPv6ErrorsQuoteExtensionHeaders(t *testing.T) {
 // the quoted TCP checksum by gpkt's RFC 1071 sum over the quoted segment.
 func TestICMPv6ErrorsQuoteExtensionHeadersChecksums(t *testing.T) {
 	router6 := netip.MustParseAddr("2001:db8:50::1")
-	exts := []ext6{destOpts6, destOpts6, firstFrag6}
+	exts := []gpkt.Ext6{gpkt.DestOpts6, gpkt.DestOpts6, firstFrag6}
 	e := newEnv(t, testRules(), testLocals())
 	require.Empty(t, e.inbound(tcp(ap(client6, 40020), ap(vip6, 443)).to(mac6)).reason)
 	quoted := frameExt6(tcp(ap(vip6, 443), ap(client6, 40020)).to(mac6), exts...)
@@ -251,7 +195,7 @@ func TestICMPv6ErrorsQuoteExtensionHeadersChecksums(t *testing.T) {
 	q := m.LayerPayload()[4:]
 	qip := header.IPv6(q)
 	require.Equal(t, dip6.As16(), [16]byte(qip.SrcSlice()))
-	seg := q[header.IPv6Size+chainLen6(exts):]
+	seg := q[header.IPv6Size+gpkt.ChainLen6(exts...):]
 	require.EqualValues(t, 8443, binary.BigEndian.Uint16(seg))
 	pseudo := append(append(append([]byte(nil), qip.SrcSlice()...), qip.DstSlice()...), 0, 0, 0, 0, 0, 0, 0, flow.ProtoTCP)
 	binary.BigEndian.PutUint16(pseudo[34:], uint16(len(seg)))
