@@ -149,13 +149,14 @@ type tail struct {
 	nhOn, on bool
 }
 
-// account counts p, beginning the Account stage's pass at the first.
-func (f *fused) account(b *engine.Batch, t *tail, p *engine.Packet) {
+// accounting returns the batch's Account pass, begun at the first
+// packet that reaches the stage.
+func (f *fused) accounting(b *engine.Batch, t *tail) *balance.AccountPass {
 	if !t.on {
 		t.acct = f.acct.Begin(b)
 		t.on = true
 	}
-	t.acct.Packet(p)
+	return &t.acct
 }
 
 // fastPass runs the fast path (see fastPath) over the batch's parsed
@@ -188,11 +189,7 @@ func (f *fused) fastPass(b *engine.Batch, c *fastCache, hop uint32, pkts []*engi
 					if done {
 						completed++
 					}
-					if !t.on {
-						t.acct = f.acct.Begin(b)
-						t.on = true
-					}
-					t.acct.Add(e.rule, e.backend, n)
+					f.accounting(b, t).Add(e.rule, e.backend, n)
 					hits++
 					continue
 				}
@@ -284,7 +281,7 @@ func (f *fused) full(b *engine.Batch, pkts []*engine.Packet, t *tail) {
 			b.Drop(p, r)
 			continue
 		}
-		f.account(b, t, p)
+		f.accounting(b, t).Packet(p)
 	}
 }
 
