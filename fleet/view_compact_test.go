@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/xdplb/xdplb/control"
+	"github.com/xdplb/xdplb/internal/lab/fleetlab"
 )
 
 // compactNow compacts etcd's history up to its current revision (what
@@ -115,24 +115,6 @@ func TestHostStartsAfterHalfApplyAndCompaction(t *testing.T) {
 	}
 }
 
-// logBuffer is a log's text, written from any goroutine.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestHostWaitsWhenNothingCompleteRemains: after a half apply and a
 // compaction, a document written around Apply (not the one committed
 // with the views) leaves a starting Host Agent nothing complete to run:
@@ -151,7 +133,7 @@ func TestHostWaitsWhenNothingCompleteRemains(t *testing.T) {
 	require.NoError(t, err)
 	e.compactNow()
 
-	var logs logBuffer
+	var logs fleetlab.LockedBuffer
 	src, err := NewSource(SourceConfig{Client: e.client, Retry: 50 * time.Millisecond, Host: "h0",
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.NoError(t, err)
