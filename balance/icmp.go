@@ -302,7 +302,7 @@ func quotedTransport(q []byte, v4 bool) (proto uint8, l4 []byte, ok bool) {
 	if len(q) < header.IPv6Size || q[0]>>4 != 6 {
 		return 0, nil, false
 	}
-	proto, off, frag, err := header.IPv6(q).QuotedTransportHeader()
+	proto, off, frag, _, err := header.IPv6(q).QuotedTransportHeader()
 	if err != nil {
 		return 0, nil, false
 	}

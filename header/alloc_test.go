@@ -71,7 +71,7 @@ func TestNoAllocs(t *testing.T) {
 			sinkInt += int(s[15]) + int(d[15])
 		}},
 		{"IPv6 TransportHeader", func() { _, sinkInt, _, sinkErr = ip6.TransportHeader() }},
-		{"IPv6 QuotedTransportHeader", func() { _, sinkInt, _, sinkErr = IPv6(ip6[:IPv6Size+20]).QuotedTransportHeader() }},
+		{"IPv6 QuotedTransportHeader", func() { _, sinkInt, _, _, sinkErr = IPv6(ip6[:IPv6Size+20]).QuotedTransportHeader() }},
 		{"IPv6 Encode", func() { IPv6(buf).Encode(&IPv6Fields{PayloadLength: 10, Src: a16, Dst: a16}) }},
 		{"TCP", func() {
 			sinkErr = tcp.Check()

@@ -206,7 +206,7 @@ func FuzzIPv6TransportHeader(f *testing.F) {
 		proto, off, frag, err := ip.TransportHeader()
 		// The same packet as an ICMPv6 error's quote: walked alike when it
 		// is whole; otherwise within what the quote holds.
-		qproto, qoff, qfrag, qerr := ip.QuotedTransportHeader()
+		qproto, qoff, qfrag, _, qerr := ip.QuotedTransportHeader()
 		switch {
 		case err == nil && (qerr != nil || qproto != proto || qoff != off || qfrag != frag):
 			t.Fatalf("whole packet: TransportHeader %d %d %+v, QuotedTransportHeader %d %d %+v %v", proto, off, frag, qproto, qoff, qfrag, qerr)

@@ -143,11 +143,13 @@ func (ip IPv6) TransportHeader() (proto uint8, off int, frag IPv6Frag, err error
 // header that runs past that end, like one that is malformed, misplaced
 // or one too many, gives ErrExtension; ErrTruncated means ip is shorter
 // than the fixed header. The offset returned may equal len(ip) (nothing
-// of the transport header quoted). The version is not checked. It never
-// panics and never allocates.
-func (ip IPv6) QuotedTransportHeader() (proto uint8, off int, frag IPv6Frag, err error) {
-	proto, off, frag, _, err = ip.walk(true)
-	return proto, off, frag, err
+// of the transport header quoted). routed reports a Routing header with
+// Segments Left > 0 in the chain: the quoted transport checksum's
+// pseudo-header then holds the final destination, from that header, not
+// Dst (a translator that rewrites Dst cannot follow it). The version is
+// not checked. It never panics and never allocates.
+func (ip IPv6) QuotedTransportHeader() (proto uint8, off int, frag IPv6Frag, routed bool, err error) {
+	return ip.walk(true)
 }
 
 // walk is TransportHeader that also reports whether a Routing header with

@@ -246,7 +246,7 @@ func TestIPv6QuotedTransportHeader(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, off, frag, err := IPv6(tt.b).QuotedTransportHeader()
+			p, off, frag, _, err := IPv6(tt.b).QuotedTransportHeader()
 			equal(t, tt.wantErr, err, "err")
 			equal(t, tt.wantProto, p, "proto")
 			equal(t, tt.wantOff, off, "offset")
@@ -360,4 +360,20 @@ func TestUDPZeroChecksumRule(t *testing.T) {
 	u.SetDstPortWithChecksumUpdate(5)
 	u.UpdateChecksumPseudoHeaderAddress(src, dst)
 	equal(t, uint16(0), u.Checksum())
+}
+
+// TestIPv6QuotedTransportHeaderRouted: routed reports a Routing header
+// with segments left in the quoted chain, and only then.
+func TestIPv6QuotedTransportHeaderRouted(t *testing.T) {
+	for _, left := range []byte{0, 1} {
+		r := opt(ProtoTCP, 0)
+		r[3] = left
+		b := ext(ProtoDestOpts, opt(ProtoRouting, 0), r)
+		b = b[:len(b)-16] // the quote ends in the TCP header
+		p, off, _, routed, err := IPv6(b).QuotedTransportHeader()
+		equal(t, nil, err, "err")
+		equal(t, uint8(ProtoTCP), p, "proto")
+		equal(t, 56, off, "offset")
+		equal(t, left != 0, routed, "routed, segments left %d", left)
+	}
 }

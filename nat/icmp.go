@@ -158,29 +158,14 @@ func parseQuote(p *engine.Packet, q *quote) bool {
 // destination, from the Routing header, not the quoted Dst, which
 // rewriteQuote does not follow.
 func quotedChain(q *quote, ip header.IPv6) (proto uint8, ok bool) {
-	proto, off, frag, err := ip.QuotedTransportHeader()
-	if err != nil || frag.NonFirst() {
+	proto, off, frag, routed, err := ip.QuotedTransportHeader()
+	if err != nil || frag.NonFirst() || routed {
 		return 0, false
 	}
 	switch proto {
 	case flow.ProtoTCP, flow.ProtoUDP, flow.ProtoICMPv6:
 	default:
 		return 0, false
-	}
-	// The chain is whole and within ip (the walk checked it): look for a
-	// Routing header that still has segments to visit.
-	for o, h := header.IPv6Size, ip.NextHeader(); o < off; {
-		e := ip[o:]
-		size := (int(e[1]) + 1) * 8
-		switch h {
-		case header.ProtoRouting:
-			if e[3] != 0 { // Segments Left
-				return 0, false
-			}
-		case header.ProtoFragment:
-			size = header.IPv6FragmentHeaderSize
-		}
-		h, o = e[0], o+size
 	}
 	q.l4 = q.l3 + off
 	return proto, true
