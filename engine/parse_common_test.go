@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/header"
+)
+
+// commonFrames are well-formed frames of the shapes parseCommon takes:
+// untagged IPv4 without options and IPv6 without extension headers,
+// carrying TCP (with options) or UDP, some with Ethernet padding.
+func commonFrames() [][]byte {
+	var out [][]byte
+	for _, v6 := range []bool{false, true} {
+		for _, proto := range []uint8{flow.ProtoTCP, flow.ProtoUDP} {
+			for _, pad := range []int{0, 6} {
+				out = append(out, commonFrame(v6, proto, 10, pad))
+			}
+		}
+	}
+	return out
+}
+
+// commonFrame builds one: payload bytes of data after the transport
+// header (TCP with 4 bytes of options), pad bytes of Ethernet padding.
+func commonFrame(v6 bool, proto uint8, payload, pad int) []byte {
+	l4 := header.UDPSize
+	if proto == flow.ProtoTCP {
+		l4 = header.TCPMinSize + 4
+	}
+	l3 := header.IPv4MinSize
+	if v6 {
+		l3 = header.IPv6Size
+	}
+	f := make([]byte, header.EthernetSize+l3+l4+payload+pad)
+	copy(f, []byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2})
+	ip := f[header.EthernetSize:]
+	be := binary.BigEndian
+	if v6 {
+		be.PutUint16(f[12:], header.EtherTypeIPv6)
+		ip[0] = 0x60
+		be.PutUint16(ip[4:], uint16(l4+payload))
+		ip[6], ip[7] = proto, 64
+		copy(ip[8:], []byte{0x20, 0x01, 0x0d, 0xb8, 15: 1})
+		copy(ip[24:], []byte{0x20, 0x01, 0x0d, 0xb8, 15: 2})
+	} else {
+		be.PutUint16(f[12:], header.EtherTypeIPv4)
+		ip[0] = 0x45
+		be.PutUint16(ip[2:], uint16(l3+l4+payload))
+		ip[8], ip[9] = 64, proto
+		copy(ip[12:], []byte{198, 18, 0, 1, 198, 19, 0, 2})
+	}
+	seg := ip[l3:]
+	be.PutUint16(seg[0:], 40000)
+	be.PutUint16(seg[2:], 443)
+	if proto == flow.ProtoTCP {
+		seg[12] = byte(l4/4) << 4
+		seg[13] = 0x10 // ACK
+	} else {
+		be.PutUint16(seg[4:], uint16(l4+payload))
+	}
+	return f
+}
+
+// checkCommonAgrees checks that whenever parseCommon takes frame, the
+// general parser accepts it too and fills every field alike.
+func checkCommonAgrees(t *testing.T, frame []byte) bool {
+	t.Helper()
+	var a, b Packet
+	a.SetBuffer(nil, 0, frame, 0, len(frame), 0)
+	b.SetBuffer(nil, 0, frame, 0, len(frame), 0)
+	a.Flags, b.Flags = 0xffff, 0xffff // what a reused packet may hold
+	if !parseCommon(&a, a.Data(), 5) {
+		return false
+	}
+	if r := parseGeneral(&b, b.Data(), 5); r != 0 {
+		t.Fatalf("parseCommon took a frame the general parser drops (%v): % x", r, frame)
+	}
+	if a.Flags != b.Flags || a.EtherType != b.EtherType || a.L3Off != b.L3Off || a.L4Off != b.L4Off ||
+		a.L4Proto != b.L4Proto || a.Key != b.Key {
+		t.Fatalf("parseCommon and the general parser differ on % x:\n%+v\n%+v", frame, a, b)
+	}
+	return true
+}
+
+// TestParseCommonAgrees runs parseCommon against the general parser on
+// the frames it is for and on every one-byte change and every truncation
+// of them: where it takes a frame, the general parser must accept it and
+// fill every field alike; it must take the well-formed ones (else it is
+// no fast path); and it must leave the rest to the general parser.
+func TestParseCommonAgrees(t *testing.T) {
+	for _, f := range commonFrames() {
+		if !checkCommonAgrees(t, f) {
+			t.Fatalf("parseCommon does not take a common frame: % x", f)
+		}
+		for n := range len(f) {
+			checkCommonAgrees(t, f[:n])
+		}
+		// Every value of the length fields up to past the frame: IPv4
+		// total length, IPv6 payload length, UDP length (TCP's data
+		// offset is one byte, changed below).
+		for _, at := range []int{16, 18, 34 + 4, 54 + 4} {
+			for v := range len(f) + 8 {
+				if at+2 > len(f) {
+					break
+				}
+				g := append([]byte(nil), f...)
+				binary.BigEndian.PutUint16(g[at:], uint16(v))
+				checkCommonAgrees(t, g)
+			}
+		}
+		for i := range f {
+			for _, x := range []byte{0x01, 0x08, 0x10, 0x40, 0x80, 0xff} {
+				g := append([]byte(nil), f...)
+				g[i] ^= x
+				checkCommonAgrees(t, g)
+			}
+		}
+	}
+}
+
+// FuzzParseCommon is TestParseCommonAgrees's check for any frame.
+func FuzzParseCommon(f *testing.F) {
+	for _, fr := range commonFrames() {
+		f.Add(fr)
+	}
+	f.Fuzz(func(t *testing.T, frame []byte) { checkCommonAgrees(t, frame) })
+}
