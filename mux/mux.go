@@ -57,7 +57,8 @@
 // A reload whose BGP settings need a restart of the speaker, or that
 // changes hash_seed (the data path hashes flows with the first
 // document's), is refused whole (see apply), so the running version is
-// the one reported.
+// the one reported. Once Run has begun to shut the speaker down, a reload
+// starts none (see shutdownBGP).
 //
 // Controller is the part that needs no privileges (documents and health
 // verdicts in, rules, steering rules and announcements out); Mux is the
@@ -195,6 +196,10 @@ type Mux struct {
 	// speaker started, kept for the next try (apply; the watcher's
 	// goroutine only).
 	unstarted *bgp.Announcer
+	// bgpDown is set by shutdownBGP: from then on no speaker starts
+	// (apply), and one an apply already in progress started is shut down
+	// by that apply instead of becoming the announcer.
+	bgpDown   bool
 	dp        *datapath.DataPath // the data path, set by Run once open
 	accounts  []*balance.Account // one per pipeline (worker), read by the collector
 	balancers []*balance.Stage   // one per pipeline (worker), read by the collector
@@ -490,7 +495,7 @@ func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
 		return err
 	}
 	m.mu.Lock()
-	running, seed, seeded := m.announcer, m.seed, m.seeded
+	running, seed, seeded, bgpDown := m.announcer, m.seed, m.seeded, m.bgpDown
 	m.mu.Unlock()
 	if seeded && doc.HashSeed != seed {
 		return fmt.Errorf("%w: hash_seed %#x, but the data path hashes flows with %#x (restart the Mux to apply it)",
@@ -513,6 +518,11 @@ func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
 	// of a version that stays refused would leave one behind each time.
 	var started *bgp.Announcer
 	if running == nil && doc.BGP != nil {
+		if bgpDown {
+			// The Mux shuts down (shutdownBGP ran): a speaker started now
+			// would outlive it.
+			return fmt.Errorf("mux: shutting down, the BGP speaker is not started: %w", bgp.ErrClosed)
+		}
 		cfg := bgpConfig(doc.BGP, m.log)
 		a := m.unstarted
 		m.unstarted = nil
@@ -555,6 +565,19 @@ func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
 	if started == nil {
 		if err := m.announcer.Reconfigure(bgpConfig(doc.BGP, m.log)); err != nil {
 			m.log.Error("mux: BGP reconfiguration", "err", err)
+		}
+		return nil
+	}
+	if m.bgpDown {
+		// Shutdown began while this speaker started, and found none to
+		// stop: it announced nothing; stop it here, or nothing would (a
+		// Mux embedded in a program that goes on leaves its listener and
+		// sessions behind). The version runs, as the controller applied
+		// it, without a speaker, as every version does once the Mux
+		// shuts down.
+		m.log.Info("mux: shutting down: stopping the BGP speaker the new version started")
+		if err := started.Shutdown(context.Background()); err != nil {
+			m.log.Error("mux: BGP shutdown", "err", err)
 		}
 		return nil
 	}
@@ -646,9 +669,15 @@ func (m *Mux) Forwarding() bool { return m.forwarding.Load() }
 
 // shutdownBGP withdraws every VIP and waits the grace period while the
 // data path still forwards, then closes the sessions.
+//
+// From then on no speaker starts: apply refuses a version that would start
+// the first one, and stops one an apply in progress started (the watcher
+// runs until the data path has stopped, so a reload may come in the
+// grace period or while the speaker is shut down).
 func (m *Mux) shutdownBGP() {
 	m.mu.Lock()
 	a := m.announcer
+	m.bgpDown = true
 	m.mu.Unlock()
 	if a == nil {
 		return
