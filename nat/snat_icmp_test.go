@@ -15,8 +15,9 @@ import (
 )
 
 // echoFrame is an ICMP (IPv4) or ICMPv6 echo request or reply from src to
-// dst with identifier id, built by gopacket (checksums computed).
-func echoFrame(src, dst netip.Addr, dstMAC header.MAC, reply bool, id uint16) []byte {
+// dst with identifier id, built by gopacket (checksums computed); an IPv6
+// one with the extension headers exts (none over IPv4).
+func echoFrame(src, dst netip.Addr, dstMAC header.MAC, reply bool, id uint16, exts ...gpkt.Ext6) []byte {
 	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0xee, 1}, DstMAC: net.HardwareAddr(dstMAC[:])}
 	payload := gopacket.Payload("ping payload 0123456789")
 	if src.Is4() {
@@ -29,14 +30,15 @@ func echoFrame(src, dst netip.Addr, dstMAC header.MAC, reply bool, id uint16) []
 		return gpkt.MustSerialize(eth, ip, &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(typ, 0), Id: id, Seq: 7}, payload)
 	}
 	eth.EthernetType = layers.EthernetTypeIPv6
-	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolICMPv6, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+	first, chain := gpkt.Chain6(layers.IPProtocolICMPv6, exts...)
+	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: first, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
 	typ := uint8(layers.ICMPv6TypeEchoRequest)
 	if reply {
 		typ = layers.ICMPv6TypeEchoReply
 	}
 	m := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(typ, 0)}
-	_ = m.SetNetworkLayerForChecksum(ip)
-	return gpkt.MustSerialize(eth, ip, m, &layers.ICMPv6Echo{Identifier: id, SeqNumber: 7}, payload)
+	ls := append(append([]gopacket.SerializableLayer{eth, ip}, chain...), m, &layers.ICMPv6Echo{Identifier: id, SeqNumber: 7}, payload)
+	return gpkt.MustSerialize(ls...)
 }
 
 // echoID reads the identifier of the echo message in a frame.
