@@ -182,8 +182,11 @@
 // or packet too big, destination or port unreachable, time exceeded — is
 // translated to the DIP like the DSR errors above: the outer destination
 // and the quoted source (a quoted echo's identifier too), every checksum
-// kept right, the state untouched. An outbound DIP's packets of other
-// protocols (and ICMP messages other than echo requests) leave
+// kept right, the state untouched. An IPv6 quote's extension headers
+// are skipped as for the DSR errors, and the quotes those drop are
+// dropped alike; so is (bad_l4) a quote cut before the end of the echo
+// header, like one cut before the ports. An outbound DIP's packets of
+// other protocols (and ICMP messages other than echo requests) leave
 // untranslated on Config.Direct (SNATStats.Passed), as its traffic did
 // before it was steered to the data path; errors the VM itself sends
 // about an outbound connection's packets are not translated

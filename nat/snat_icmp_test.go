@@ -139,3 +139,52 @@ func TestSNATICMPErrors(t *testing.T) {
 		require.Equal(t, icmpErrFrame(from, dip, macA, echoFrame(dip, rem, macGW, false, 0x99), 0, true), got.frame, "v4 %v", v4)
 	}
 }
+
+// TestSNATICMPErrorQuoteTooShortForEcho: an ICMP or ICMPv6 error to an
+// outbound VIP whose quoted echo request is cut before the end of its
+// header (the identifier, the SNAT's port, not whole, or no byte of it)
+// is unreadable, dropped as bad_l4 like a TCP or UDP quote cut before
+// its ports; to an address that is neither a rule's VIP nor an outbound
+// VIP it stays nat_no_rule. The SNAT never sees it.
+func TestSNATICMPErrorQuoteTooShortForEcho(t *testing.T) {
+	router := netip.MustParseAddr("198.18.50.254")
+	router6 := netip.MustParseAddr("2001:db8:50::fe")
+	for _, tc := range []struct {
+		name   string
+		v4     bool
+		cut    int // bytes of the quoted echo header
+		noVIP  bool
+		reason string
+	}{
+		{"icmp, no echo header", true, 0, false, "bad_l4"},
+		{"icmp, cut in the identifier", true, 5, false, "bad_l4"},
+		{"icmp, cut in the sequence number", true, 7, false, "bad_l4"},
+		{"icmpv6, no echo header", false, 0, false, "bad_l4"},
+		{"icmpv6, type and code only", false, 2, false, "bad_l4"},
+		{"icmpv6, cut in the identifier", false, 5, false, "bad_l4"},
+		{"icmp, not an outbound VIP", true, 5, true, "nat_no_rule"},
+		{"icmpv6, not an outbound VIP", false, 5, true, "nat_no_rule"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newSNATEnv(t, defaultSections(), alloc(vipO, 2048, 2111, dipA, vni), alloc(vipO6, 4096, 4103, dip6, vni))
+			dip, vip, rem, from, ipLen := dipA, vipO, remote, router, header.IPv4MinSize
+			if !tc.v4 {
+				dip, vip, rem, from, ipLen = dip6, vipO6, remote6, router6, header.IPv6Size
+			}
+			res := e.run(e.ret, echoFrame(dip, rem, macGW, false, 0x99), vni)
+			require.Empty(t, res.reason)
+			id := echoID(t, res.frame, tc.v4)
+			if tc.noVIP {
+				vip = netip.MustParseAddr("198.18.100.50")
+				if !tc.v4 {
+					vip = netip.MustParseAddr("2001:db8:100::50")
+				}
+			}
+			before := e.s.Stats()
+			got := e.run(e.in, icmpErrFrame(from, vip, macA, echoFrame(vip, rem, macGW, false, id), ipLen+tc.cut, true), vni)
+			require.Equal(t, tc.reason, got.reason)
+			require.Equal(t, map[string]uint64{tc.reason: 1}, e.drop)
+			require.Equal(t, before, e.s.Stats())
+		})
+	}
+}

@@ -94,9 +94,11 @@ func (s *SNAT) inSeen(sb *snatBatch, p *engine.Packet, k *flow.Key, q *flow.Conn
 // identifier vport), and k, the quote reversed, is the connection's
 // returning key. The outer destination becomes the DIP, the quoted
 // source DIP:sport (a quoted echo's identifier the original one), every
-// checksum kept right. Errors never create or change state. handled
-// false: not the SNAT's (no state, and the address is not an outbound
-// VIP).
+// checksum kept right. Errors never create or change state. A quoted
+// ICMP message too short for an echo's header (its identifier) is
+// dropped as engine.DropBadL4 when the address is an outbound VIP.
+// handled false: not the SNAT's (no state, and the address is not an
+// outbound VIP).
 func (s *SNAT) inboundError(sb *snatBatch, p *engine.Packet, q *quote, k *flow.Key, c *counts) (r engine.DropReason, handled bool) {
 	_, isVIP := sb.st.vips[vipKey{addr: k.Dst, fam: k.Family}]
 	echo := false
@@ -104,11 +106,19 @@ func (s *SNAT) inboundError(sb *snatBatch, p *engine.Packet, q *quote, k *flow.K
 	case flow.ProtoTCP, flow.ProtoUDP:
 	case flow.ProtoICMP, flow.ProtoICMPv6:
 		l4 := q.icmp[q.l4:]
+		if len(l4) < header.ICMPv4MinSize {
+			// Too short for an echo's identifier, its port: unreadable,
+			// like a TCP or UDP quote without its ports (parseQuote).
+			if !isVIP {
+				return 0, false
+			}
+			return engine.DropBadL4, true
+		}
 		want := uint8(header.ICMPv4EchoRequest)
 		if k.Proto == flow.ProtoICMPv6 {
 			want = header.ICMPv6EchoRequest
 		}
-		if len(l4) < header.ICMPv4MinSize || l4[0] != want || l4[1] != 0 {
+		if l4[0] != want || l4[1] != 0 {
 			return 0, false
 		}
 		k.DstPort, echo = binary.BigEndian.Uint16(l4[4:]), true
