@@ -35,7 +35,7 @@ func quotedFrame6(p pkt, exts ...gpkt.Ext6) []byte {
 
 // snatConnect6 sends the VM's packet vm through the SNAT and returns its
 // translated source port (a ping's identifier).
-func snatConnect6(t *testing.T, e *snatEnv, vm pkt) uint16 {
+func snatConnect6(t testing.TB, e *snatEnv, vm pkt) uint16 {
 	t.Helper()
 	res := e.run(e.ret, quotedFrame6(vm), vni)
 	require.Empty(t, res.reason)
@@ -148,4 +148,33 @@ func TestSNATICMPv6ErrorsQuoteExtensionHeaders(t *testing.T) {
 			}
 		}
 	}
+}
+
+// snatExtErrSeeds connects dip6's snatFlows6 through e and returns, as
+// FuzzSNAT seeds (from a router, Inbound), ICMPv6 errors about their
+// translated packets whose quotes have extension headers: a first
+// fragment behind destination options, a chain longer than the quote's
+// edit window, a quote cut 8 bytes into the transport header — each
+// required to translate — and quotes the NAT drops (a chain cut by the
+// quote, a Routing header with a segment left).
+func snatExtErrSeeds(t testing.TB, e *snatEnv) [][]byte {
+	router6 := netip.MustParseAddr("2001:db8:50::fe")
+	both := []gpkt.Ext6{gpkt.DestOpts6, firstFrag6}
+	long := []gpkt.Ext6{gpkt.DestOpts6, gpkt.DestOpts6, firstFrag6}
+	var seeds [][]byte
+	for i, fl := range snatFlows6 {
+		sent := fl.vm.withSrc(ap(vipO6, snatConnect6(t, e, fl.vm)))
+		for _, q := range []struct {
+			exts []gpkt.Ext6
+			cut  int
+		}{{both, 0}, {long, 0}, {both, 8}} {
+			s := icmpErrFrame(router6, vipO6, macA, quotedFrame6(sent, q.exts...), quoteLen6(q.exts, q.cut), i%2 == 0)
+			require.Empty(t, e.run(e.in, s, vni).reason, "seed about %s", fl.name)
+			seeds = append(seeds, s)
+		}
+	}
+	sent := snatFlows6[0].vm.withSrc(ap(vipO6, snatConnect6(t, e, snatFlows6[0].vm)))
+	return append(seeds,
+		icmpErrFrame(router6, vipO6, macA, quotedFrame6(sent, both...), quoteLen6(both, -4), false),
+		icmpErrFrame(router6, vipO6, macA, quotedFrame6(sent, gpkt.DestOpts6, gpkt.Routing6(1)), 0, false))
 }

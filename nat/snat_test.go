@@ -12,6 +12,7 @@ import (
 	"github.com/xdplb/xdplb/engine"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/header"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 	"github.com/xdplb/xdplb/nat"
 )
 
@@ -410,7 +411,8 @@ func TestSNATConcurrent(t *testing.T) {
 }
 
 // TestSNATNoAllocs: outgoing and returning translation of established
-// connections, and new connections, allocate nothing per packet.
+// connections (ICMP errors about them too, ICMPv6 ones quoting extension
+// headers), and new connections, allocate nothing per packet.
 func TestSNATNoAllocs(t *testing.T) {
 	e := newSNATEnv(t, defaultSections(), alloc(vipO, 2048, 4095, dipA, vni), alloc(vipO6, 2048, 4095, dip6, vni))
 	var outs, backs [][]byte
@@ -439,6 +441,13 @@ func TestSNATNoAllocs(t *testing.T) {
 	res := e.out(c)
 	require.Empty(t, res.reason)
 	backs = append(backs, icmpErr(remote, vipO, macA, c.withSrc(ap(vipO, res.p.Key.SrcPort)), 0, false))
+	// ICMPv6 errors whose quotes have extension headers, the long chain's
+	// rewrite (rewriteQuoteChain) included.
+	c = tcp(ap(dip6, 6001), ap(remote6, 443))
+	sent := c.withSrc(ap(vipO6, vport(t, e.out(c))))
+	for _, exts := range [][]gpkt.Ext6{{gpkt.DestOpts6, firstFrag6}, {gpkt.DestOpts6, gpkt.DestOpts6, firstFrag6}} {
+		backs = append(backs, icmpErrFrame(remote6, vipO6, macA, frameExt6(sent, exts...), 0, false))
+	}
 	ob, ib := newBatch(t, vni, outs), newBatch(t, vni, backs)
 	require.Zero(t, testing.AllocsPerRun(50, func() { e.ret.Process(ob.reset()) }), "outgoing")
 	require.Zero(t, testing.AllocsPerRun(50, func() { e.in.Process(ib.reset()) }), "returning")
@@ -575,6 +584,9 @@ func FuzzSNAT(f *testing.F) {
 		f.Add(s, false)
 	}
 	e := newSNATEnv(f, defaultSections(), alloc(vipO, 2048, 2111, dipA, vni), alloc(vipO6, 4096, 4159, dip6, vni))
+	for _, s := range snatExtErrSeeds(f, e) {
+		f.Add(s, false)
+	}
 	f.Fuzz(func(t *testing.T, frame []byte, fromVM bool) {
 		var stage engine.Stage = e.in
 		if fromVM {
