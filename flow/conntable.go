@@ -36,7 +36,10 @@ type ConnTableConfig struct {
 	// table has 1.75 slots per flow of Capacity, so with the default at
 	// least 0.75 × Capacity slots always remain for untrusted entries,
 	// which new flows may take: connections that prove themselves, however
-	// many, never shut new flows out.
+	// many, do not shut new flows out. (Room is per key: a new key whose
+	// two buckets both hold only proven entries is refused,
+	// Stats.Refused. With the proven entries at their limit that is about
+	// one new key in 30,000: TestDirectFloodKeepsRoom in nat.)
 	ProvenShare float64
 	// Hasher, when set, is the flow hash the table places keys by:
 	// Hasher.Hash(k, Tuple5), mixed once more with a random key of the

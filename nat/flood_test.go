@@ -132,8 +132,14 @@ func TestFloods(t *testing.T) {
 // port to many addresses (a tenant filling the table, or the answers to a
 // spoofed SYN flood whose entries were evicted) makes direct connections,
 // whose entries are promoted like any other, within the table's cap on
-// proven entries: connections through the VIP opened afterwards all find
+// proven entries: connections through the VIP opened afterwards find
 // room, and every SYN-ACK still leaves untranslated on the Direct port.
+//
+// "Find room" is per key, and a key has two buckets: with the proven
+// entries at their cap a new key finds both of its buckets full of them
+// about once in 30,000 (the table's seed is random: 3 runs in 400 had one
+// of the 200 connections refused, never two), so one refusal is allowed,
+// and counted as one. Without the cap every connection is refused.
 func TestDirectFloodKeepsRoom(t *testing.T) {
 	const capacity, directPort = 1024, 9
 	e := newEnvTable(t, nat.TableConfig{Capacity: capacity}, testRules(), testLocals(),
@@ -148,11 +154,14 @@ func TestDirectFloodKeepsRoom(t *testing.T) {
 	require.EqualValues(t, n, e.tr.Stats().Direct)
 	require.LessOrEqual(t, e.table.Conns().Stats().Proven, capacity, "direct entries past the cap on proven entries")
 
+	without := 0
 	for i := range 200 {
 		c := ap(netip.AddrFrom4([4]byte{198, 19, 50, byte(i)}), uint16(30000+i))
 		require.Empty(t, e.inbound(pkt{src: c, dst: ap(vipA, 80), syn: true}.to(macA)).reason)
-		_, ok := e.state(flow.ProtoTCP, vni, ap(dipA, 8080), c)
-		require.True(t, ok, "connection %d through the VIP has no entry", i)
+		if _, ok := e.state(flow.ProtoTCP, vni, ap(dipA, 8080), c); !ok {
+			without++
+		}
 	}
-	require.Zero(t, e.tr.Stats().TableRefused)
+	require.LessOrEqual(t, without, 1, "connections through the VIP without an entry")
+	require.EqualValues(t, without, e.tr.Stats().TableRefused)
 }
