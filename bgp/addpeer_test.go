@@ -35,10 +35,10 @@ func gobgpState(t *testing.T, srv *server.BgpServer) (started bool, neighbours [
 // the Announcer not started; tries again run that same GoBGP server (GoBGP
 // cannot end one), and once the peer is gone from the Config, Start runs.
 //
-// Config.Validate refuses every peer GoBGP's AddPeer was seen to refuse,
-// so the refused peer (a zone naming no interface: GoBGP looks the
-// interface up for the session's local address) is put into the
-// Announcer's peers directly, as one a later GoBGP might refuse.
+// The refused peer is a link-local one whose zone names no interface of
+// this host: GoBGP looks the interface up for the session's local address.
+// Config.Validate cannot know the host's interfaces; the peer is put into
+// the Announcer's peers directly, as the test needs no next_hop6.
 func TestAnnouncerStartAddPeerFails(t *testing.T) {
 	refused := netip.MustParseAddr("fe80::2%xdplb-none0")
 	tests := []struct {

@@ -118,7 +118,7 @@ type muxProc struct {
 func (bl *birdLab) startMux(t *testing.T, i int) *muxProc {
 	t.Helper()
 	m := muxSpecs[i]
-	cfg := Config{
+	return startHelper(t, bl.muxNS[i], m, Config{
 		ASN:           muxASN,
 		RouterID:      m.addr4,
 		ListenPort:    179,
@@ -127,7 +127,13 @@ func (bl *birdLab) startMux(t *testing.T, i int) *muxProc {
 		WithdrawGrace: time.Hour, // the test ends it with "cancel"
 		NextHop6:      m.addr6,
 		Peers:         []Peer{{Address: m.router4, ASN: routerASN}},
-	}
+	})
+}
+
+// startHelper starts a helper process running an Announcer with cfg in
+// namespace ns; m names it (m.name) in failures and logs.
+func startHelper(t *testing.T, ns *netlab.NS, m muxSpec, cfg Config) *muxProc {
+	t.Helper()
 	js, err := json.Marshal(cfg)
 	require.NoError(t, err)
 	exe, err := os.Executable()
@@ -141,7 +147,7 @@ func (bl *birdLab) startMux(t *testing.T, i int) *muxProc {
 	stdoutR, stdoutW, err := os.Pipe()
 	require.NoError(t, err)
 	p := &muxProc{t: t, spec: m, stdin: stdinW, lines: make(chan string, 16)}
-	p.proc, err = fleetlab.StartProc(bl.muxNS[i], fleetlab.ProcConfig{
+	p.proc, err = fleetlab.StartProc(ns, fleetlab.ProcConfig{
 		Name:   m.name,
 		Path:   exe,
 		Args:   []string{"-test.run=^$"},

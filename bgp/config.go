@@ -79,8 +79,12 @@ type Config struct {
 // Peer is one BGP neighbour, normally a router that spreads VIP traffic
 // over the Muxes with ECMP.
 type Peer struct {
-	// Address is the neighbour's address (IPv4 or IPv6, no zone). It
-	// identifies the peer: two peers may not share it.
+	// Address is the neighbour's address (IPv4 or IPv6). It identifies the
+	// peer: two peers may not share it. A link-local IPv6 address names the
+	// interface the neighbour is on as its zone ("fe80::1%eth0"; see
+	// validZone); the session then runs from that interface's link-local
+	// address, and Config.NextHop6 must be set, and no Password (GoBGP
+	// cannot sign such a session).
 	Address netip.Addr
 	// ASN is the neighbour's AS number. Equal to Config.ASN: iBGP;
 	// otherwise eBGP.
@@ -100,6 +104,26 @@ type Peer struct {
 	// 256-TTLSecurity or more are accepted (1: directly connected, TTL
 	// 255 only). 0 means off (eBGP then sends with TTL 1).
 	TTLSecurity uint8
+}
+
+// validZone reports whether zone can name the interface of a link-local
+// peer: a Linux interface name (1..15 bytes, not "." or "..", no '/',
+// ':', '%', space or control character) that is not all digits, since
+// GoBGP looks the interface up by name, never by index, when it picks the
+// session's local address.
+func validZone(zone string) bool {
+	if zone == "" || len(zone) > 15 || zone == "." || zone == ".." {
+		return false
+	}
+	digits := true
+	for i := 0; i < len(zone); i++ {
+		c := zone[i]
+		if c <= ' ' || c >= 0x7f || c == '/' || c == ':' || c == '%' {
+			return false
+		}
+		digits = digits && c >= '0' && c <= '9'
+	}
+	return !digits
 }
 
 // MaxPasswordLen is the longest TCP-MD5 key the kernel takes
@@ -174,8 +198,10 @@ func (c Config) Validate() error {
 		switch {
 		case !p.Address.IsValid():
 			bad(f+".address", "missing")
-		case p.Address.Zone() != "":
-			bad(f+".address", "%s: zones are not supported", p.Address)
+		case p.Address.Zone() != "" && !p.Address.IsLinkLocalUnicast():
+			bad(f+".address", "%s: only a link-local (fe80::/10) address may have a zone", p.Address)
+		case p.Address.Zone() != "" && !validZone(p.Address.Zone()):
+			bad(f+".address", "%s: the zone %q is not an interface name (1..15 bytes, not all digits, no '/', ':', '%%' or space)", p.Address, p.Address.Zone())
 		case p.Address.Is4In6():
 			bad(f+".address", "%s: use the plain IPv4 address", p.Address)
 		case p.Address.IsUnspecified() || p.Address.IsMulticast():
@@ -191,6 +217,18 @@ func (c Config) Validate() error {
 		}
 		if len(p.Password) > MaxPasswordLen || strings.ContainsRune(p.Password, 0) {
 			bad(f+".password", "%d bytes: want at most %d, no NUL", len(p.Password), MaxPasswordLen)
+		}
+		if p.Address.Zone() != "" {
+			// GoBGP 3.37.0 parses the neighbour address with net.ParseIP,
+			// which takes no zone, for the TCP-MD5 key (it would sign for ::)
+			// and for the session's local address, the next hop it puts
+			// into next-hop-self paths (it would announce none).
+			if p.Password != "" {
+				bad(f+".password", "TCP-MD5 is not supported with a link-local peer (%s)", p.Address)
+			}
+			if !c.NextHop6.IsValid() {
+				bad(f+".address", "%s: a link-local peer needs next_hop6 (next-hop self would announce its link-local address)", p.Address)
+			}
 		}
 		if p.TTLSecurity == 255 {
 			bad(f+".ttl_security", "255 hops: want 1..254 (or 0 for off)")

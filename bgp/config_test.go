@@ -62,7 +62,28 @@ func TestConfigValidate(t *testing.T) {
 		{"peer duplicate", func(c *Config) { c.Peers[1].Address = c.Peers[0].Address },
 			[]string{"peers[1].address: 198.18.0.1 is also peers[0]"}},
 		{"peer mapped", func(c *Config) { c.Peers[0].Address = addr("::ffff:198.18.0.1") }, []string{"peers[0].address: ::ffff:198.18.0.1"}},
-		{"peer zone", func(c *Config) { c.Peers[1].Address = addr("fe80::1%eth0") }, []string{"peers[1].address: fe80::1%eth0: zones"}},
+		{"valid link-local peer with a zone", func(c *Config) {
+			c.Peers[1].Address, c.NextHop6 = addr("fe80::1%eth0"), addr("2001:db8::10")
+		}, nil},
+		{"valid link-local peers on two links", func(c *Config) {
+			c.Peers[0].Address, c.Peers[1].Address, c.NextHop6 = addr("fe80::1%eth0"), addr("fe80::1%eth1"), addr("2001:db8::10")
+		}, nil},
+		{"valid link-local peer without a zone", func(c *Config) { c.Peers[1].Address = addr("fe80::1") }, nil},
+		{"zone on a global peer", func(c *Config) { c.Peers[1].Address, c.NextHop6 = addr("2001:db8::1%eth0"), addr("2001:db8::10") },
+			[]string{"peers[1].address: 2001:db8::1%eth0: only a link-local (fe80::/10) address may have a zone"}},
+		{"zone an index", func(c *Config) { c.Peers[1].Address, c.NextHop6 = addr("fe80::1%2"), addr("2001:db8::10") },
+			[]string{`peers[1].address: fe80::1%2: the zone "2" is not an interface name`}},
+		{"zone too long", func(c *Config) {
+			c.Peers[1].Address, c.NextHop6 = addr("fe80::1%eth0123456789abcd"), addr("2001:db8::10")
+		},
+			[]string{`the zone "eth0123456789abcd" is not an interface name`}},
+		{"zone with a slash", func(c *Config) { c.Peers[1].Address, c.NextHop6 = addr("fe80::1%a/b"), addr("2001:db8::10") },
+			[]string{`the zone "a/b" is not an interface name`}},
+		{"zoned peer without next hop6", func(c *Config) { c.Peers[1].Address = addr("fe80::1%eth0") },
+			[]string{"peers[1].address: fe80::1%eth0: a link-local peer needs next_hop6"}},
+		{"zoned peer with a password", func(c *Config) {
+			c.Peers[1].Address, c.Peers[1].Password, c.NextHop6 = addr("fe80::1%eth0"), "x", addr("2001:db8::10")
+		}, []string{"peers[1].password: TCP-MD5 is not supported with a link-local peer (fe80::1%eth0)"}},
 		{"peer multicast", func(c *Config) { c.Peers[0].Address = addr("224.0.0.1") }, []string{"peers[0].address: 224.0.0.1 is not a unicast"}},
 		{"peer asn", func(c *Config) { c.Peers[0].ASN = 0 }, []string{"peers[0].asn: missing"}},
 		{"passive without listener", func(c *Config) { c.ListenPort = 0 }, []string{"peers[1].passive: a passive peer needs a listen_port"}},

@@ -50,6 +50,20 @@
 // A prefix no session carries is kept in the announced set (it reaches
 // peers added later) and logged as a warning.
 //
+// # Link-local peers
+//
+// A peer may be an IPv6 link-local address with the interface it is on as
+// its zone, "fe80::1%eth0", as in unnumbered peering: GoBGP dials it from
+// that interface's link-local address (looked up by the interface's name
+// when the peer is added, so Start or Reconfigure fails, naming the peer,
+// if the interface or its link-local address is missing) and takes an
+// incoming session from it on that interface. Config.Validate requires
+// NextHop6 with such a peer, since next-hop self would announce no usable
+// address (GoBGP 3.37.0 sends ::, which BIRD rejects: "Invalid NEXT_HOP
+// attribute - zero address"), and refuses a Password on it, since GoBGP
+// 3.37.0 cannot install the TCP-MD5 key for a zoned address. IPv4 VIPs go
+// over the session only with NextHop, as on any IPv6 session.
+//
 // A peer whose ASN equals Config.ASN is an iBGP peer, any other an eBGP
 // peer; both work with next-hop self. Graceful restart is not enabled, so
 // a router removes a Mux's routes as soon as its session ends.

@@ -16,6 +16,8 @@ type BIRDPeer struct {
 	Password string
 	// TTLSecurity turns on GTSM for a directly connected peer.
 	TTLSecurity bool
+	// Passive makes BIRD wait for the Mux to connect.
+	Passive bool
 }
 
 // BIRDConfig describes the router's BIRD 2 configuration: eBGP sessions
@@ -73,6 +75,9 @@ protocol kernel kernel4 {
 		}
 		if p.TTLSecurity {
 			extra += " ttl security on;"
+		}
+		if p.Passive {
+			extra += " passive on;"
 		}
 		fmt.Fprintf(&b, "protocol bgp %s from mux { neighbor %s as %d;%s }\n", p.Name, p.Addr, p.ASN, extra)
 	}
