@@ -107,10 +107,10 @@ type Peer struct {
 }
 
 // validZone reports whether zone can name the interface of a link-local
-// peer: a Linux interface name (1..15 bytes, not "." or "..", no '/',
-// ':', '%', space or control character) that is not all digits, since
-// GoBGP looks the interface up by name, never by index, when it picks the
-// session's local address.
+// peer: a Linux interface name (1..15 bytes, not "." or "..", no '/', ':',
+// space or control character) that is not all digits, since GoBGP looks
+// the interface up by name, never by index, when it picks the session's
+// local address.
 func validZone(zone string) bool {
 	if zone == "" || len(zone) > 15 || zone == "." || zone == ".." {
 		return false
@@ -118,7 +118,7 @@ func validZone(zone string) bool {
 	digits := true
 	for i := 0; i < len(zone); i++ {
 		c := zone[i]
-		if c <= ' ' || c >= 0x7f || c == '/' || c == ':' || c == '%' {
+		if c <= ' ' || c >= 0x7f || c == '/' || c == ':' {
 			return false
 		}
 		digits = digits && c >= '0' && c <= '9'
@@ -201,7 +201,7 @@ func (c Config) Validate() error {
 		case p.Address.Zone() != "" && !p.Address.IsLinkLocalUnicast():
 			bad(f+".address", "%s: only a link-local (fe80::/10) address may have a zone", p.Address)
 		case p.Address.Zone() != "" && !validZone(p.Address.Zone()):
-			bad(f+".address", "%s: the zone %q is not an interface name (1..15 bytes, not all digits, no '/', ':', '%%' or space)", p.Address, p.Address.Zone())
+			bad(f+".address", "%s: the zone %q is not an interface name (1..15 bytes, no '/', ':' or space, not all digits)", p.Address, p.Address.Zone())
 		case p.Address.Is4In6():
 			bad(f+".address", "%s: use the plain IPv4 address", p.Address)
 		case p.Address.IsUnspecified() || p.Address.IsMulticast():
