@@ -491,7 +491,8 @@ func (d *decoder) duration(n *yaml.Node, path string, lo, hi time.Duration) (tim
 }
 
 // addr decodes a unicast IP address; zoned says whether a zone is allowed
-// (link-local addresses only). family is 4 or 6 to require one, else 0.
+// (link-local addresses only, the zone naming an interface: validZone).
+// family is 4 or 6 to require one, else 0.
 func (d *decoder) addr(n *yaml.Node, path, want string, family int, zoned bool) (netip.Addr, bool) {
 	if !d.scalar(n, path, "!!str", want) {
 		return netip.Addr{}, false
@@ -511,6 +512,8 @@ func (d *decoder) addr(n *yaml.Node, path, want string, family int, zoned bool) 
 		d.errorf(n, path, "%q is an IPv4-mapped IPv6 address (write it as %v)", s, a.Unmap().WithZone(""))
 	case a.Zone() != "" && !(zoned && (a.IsLinkLocalUnicast())):
 		d.errorf(n, path, "%q has a zone; only a link-local peer address may have one (want %s)", s, want)
+	case a.Zone() != "" && !validZone(a.Zone()):
+		d.errorf(n, path, "%q: the zone %q is not an interface name (want the interface the peer is on, e.g. fe80::1%%eth0: %s)", s, a.Zone(), wantZone)
 	case a.IsUnspecified():
 		d.errorf(n, path, "%q is the unspecified address (want %s)", s, want)
 	case a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
@@ -521,6 +524,17 @@ func (d *decoder) addr(n *yaml.Node, path, want string, family int, zoned bool) 
 		return a, true
 	}
 	return netip.Addr{}, false
+}
+
+// wantZone describes the zones validZone accepts.
+const wantZone = "a Linux interface name, 1-15 characters, no '/', ':' or spaces, not all digits"
+
+// validZone reports whether zone can name the interface of a link-local
+// peer, as the bgp package accepts it: a Linux interface name
+// (validIfName) that is not all digits, since the BGP speaker looks the
+// interface up by name, never by index.
+func validZone(zone string) bool {
+	return validIfName(zone) && strings.ContainsFunc(zone, func(r rune) bool { return r < '0' || r > '9' })
 }
 
 // mac decodes a unicast MAC address written as six hex pairs separated by

@@ -92,7 +92,10 @@
 //	withdraw_grace  2s        0..1h; on shutdown: withdraw, keep forwarding this long, then stop
 //	next_hop        (self)    IPv4 next hop announced for IPv4 VIPs; default the session's local address
 //	next_hop6       (self)    IPv6 next hop for IPv6 VIPs; set it to announce them over IPv4 sessions (MP-BGP)
-//	peers[]         none      address (required, unique; link-local may have a %zone),
+//	peers[]         none      address (required, unique; a link-local one may name the
+//	                          interface the peer is on as its zone, fe80::1%eth0: an
+//	                          interface name, not an index; such a peer needs next_hop6
+//	                          and takes no password),
 //	                          asn (required), port (179), passive (false),
 //	                          password (none): TCP-MD5 (RFC 2385), 1..80 bytes,
 //	                          ttl_security (0 = off): GTSM (RFC 5082), the peer's distance

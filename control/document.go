@@ -196,7 +196,10 @@ type BGP struct {
 
 // Peer is one BGP neighbour.
 type Peer struct {
-	Address netip.Addr // may carry a zone only when link-local
+	// Address is the peer's address. A link-local one may carry a zone
+	// naming the interface the peer is on ("fe80::1%eth0"); such a peer
+	// needs BGP.NextHop6 and has no Password.
+	Address netip.Addr
 	ASN     uint32
 	Port    uint16 // default 179
 	Passive bool   // wait for the peer to connect

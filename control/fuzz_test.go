@@ -26,7 +26,7 @@ func FuzzParse(f *testing.F) {
 		"version: 1\n",
 		"version: 0x10\nhash_seed: 0xffffffffffffffff\n",
 		"version: 1\nnode: {name: n}\ninfra_prefixes: [198.18.0.0/15, '2001:db8::/32']\n",
-		"version: 1\nbgp: {asn: 65000, router_id: 198.18.0.1, hold_time: 0s, peers: [{address: 'fe80::1%eth0', asn: 1, passive: true}]}\n",
+		"version: 1\nbgp: {asn: 65000, router_id: 198.18.0.1, hold_time: 0s, next_hop6: '2001:db8::10', peers: [{address: 'fe80::1%eth0', asn: 1, passive: true}]}\n",
 		"version: 1\nvips:\n  - {name: a, address: 198.18.100.1, protocol: udp, port: all, vni: 5, distribution: 2-tuple, table_size: 251, probe: {type: tcp, port: 9}}\n",
 		"version: 1\nvips:\n  - &v {name: a, address: '2001:db8::1', protocol: tcp, port: 443, probe: {type: http, path: /h, method: HEAD, host: x, expect_status: 204, interval: 3s, timeout: 1s, rise: 1, fall: 1}}\n  - {<<: *v, name: b, port: 8443}\n",
 		"version: 1\nhosts:\n  - address: 198.19.0.1\n    vms: [{vni: 1, address: 198.19.1.1, mac: '02-00-00-00-00-01', interface: tap0}]\n",

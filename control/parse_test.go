@@ -372,7 +372,7 @@ func TestParseExample(t *testing.T) {
 }
 
 func TestParseDefaults(t *testing.T) {
-	d, err := Parse([]byte(base + "bgp:\n  asn: 65010\n  router_id: 198.18.0.10\n  peers:\n    - {address: 'fe80::1%eth0', asn: 65000}\nhosts:\n  - address: 198.19.0.1\n"))
+	d, err := Parse([]byte(base + "bgp:\n  asn: 65010\n  router_id: 198.18.0.10\n  next_hop6: '2001:db8::10'\n  peers:\n    - {address: 'fe80::1%eth0', asn: 65000}\nhosts:\n  - address: 198.19.0.1\n"))
 	require.NoError(t, err)
 	assert.Equal(t, int32(DefaultListenPort), d.BGP.ListenPort)
 	assert.Equal(t, DefaultHoldTime, d.BGP.HoldTime)

@@ -27,7 +27,14 @@ func (d *decoder) bgp(o *object, fleet bool) *BGP {
 	} else if !fleet {
 		d.missing(o, "router_id", "an IPv4 address, usually the node's own")
 	}
-	d.bgpNode(o, "bgp", b)
+	zoned := d.bgpNode(o, "bgp", b)
+	if !fleet && !b.NextHop6.IsValid() {
+		// A fleet's nodes may set next_hop6 themselves: nodes checks
+		// each node's merged bgp.
+		for _, s := range zoned {
+			d.errorf(s.node, s.path, "%s is a link-local peer, which needs bgp.next_hop6 (a global IPv6 address of this Mux on that link): %s", s.node.Value, whyNextHop6)
+		}
+	}
 	if v := d.get(o, "listen_port"); v != nil {
 		p, _ := d.uint(v, "bgp.listen_port", 0, math.MaxUint16, "0..65535; 0 means do not listen")
 		b.ListenPort = int32(p)
@@ -62,9 +69,13 @@ func (d *decoder) asn(n *yaml.Node, path string) (uint32, bool) {
 	return uint32(v), ok
 }
 
+// whyNextHop6 says why a link-local peer needs next_hop6.
+const whyNextHop6 = "next-hop self would announce no usable next hop over a link-local session"
+
 // bgpNode decodes the keys a node may set for itself (nodeBGPKeys) into
-// b, with paths under p.
-func (d *decoder) bgpNode(o *object, p string, b *BGP) {
+// b, with paths under p. It returns where the link-local peers with a zone
+// are, which need next_hop6.
+func (d *decoder) bgpNode(o *object, p string, b *BGP) (zoned []site) {
 	if v := d.get(o, "listen_addresses"); v != nil {
 		b.ListenAddresses = d.addrs(v, join(p, "listen_addresses"), "a local "+addrWords)
 	}
@@ -98,6 +109,9 @@ func (d *decoder) bgpNode(o *object, p string, b *BGP) {
 					d.errorf(v, path+".address", "peer %v is listed twice (first at %v)", a, first)
 				}
 				seen[a] = site{path, v}
+				if a.Zone() != "" {
+					zoned = append(zoned, site{path + ".address", v})
+				}
 			}
 		} else {
 			d.missing(po, "address", "the peer's "+addrWords)
@@ -121,6 +135,8 @@ func (d *decoder) bgpNode(o *object, p string, b *BGP) {
 					d.errorf(v, path+".password", "%d bytes (want %s)", len(pw), wantPassword)
 				case strings.ContainsRune(pw, 0):
 					d.errorf(v, path+".password", "contains a NUL byte (want %s)", wantPassword)
+				case p.Address.Zone() != "":
+					d.errorf(v, path+".password", "TCP-MD5 is not supported with a link-local peer (%v): the BGP speaker cannot set the key for an address with a zone; drop the password, or peer over a global address", p.Address)
 				default:
 					p.Password = pw
 				}
@@ -132,4 +148,5 @@ func (d *decoder) bgpNode(o *object, p string, b *BGP) {
 		}
 		b.Peers = append(b.Peers, p)
 	}
+	return zoned
 }

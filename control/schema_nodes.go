@@ -72,6 +72,13 @@ func (d *decoder) nodes(n *yaml.Node, fleetBGP *BGP) []NodeConfig {
 						}
 						peers[p.Address] = true
 					}
+					if !m.NextHop6.IsValid() {
+						for _, p := range m.Peers {
+							if p.Address.Zone() != "" {
+								d.errorf(no.key("bgp"), path+".bgp", "peer %v is link-local, which needs a next_hop6 (a global IPv6 address of this Mux on that link): set bgp.next_hop6 or %s.bgp.next_hop6; %s", p.Address, path, whyNextHop6)
+							}
+						}
+					}
 					if len(m.ListenAddresses) > 0 && m.ListenPort == 0 {
 						d.errorf(no.key("bgp"), path+".bgp.listen_addresses", "set, but bgp.listen_port is 0 (do not listen): drop one of them")
 					}
