@@ -148,10 +148,12 @@ func startHelper(t *testing.T, ns *netlab.NS, m muxSpec, cfg Config) *muxProc {
 	require.NoError(t, err)
 	p := &muxProc{t: t, spec: m, stdin: stdinW, lines: make(chan string, 16)}
 	p.proc, err = fleetlab.StartProc(ns, fleetlab.ProcConfig{
-		Name:   m.name,
-		Path:   exe,
-		Args:   []string{"-test.run=^$"},
-		Env:    []string{helperEnv + "=1", helperConfigEnv + "=" + string(js)},
+		Name: m.name,
+		Path: exe,
+		Args: []string{"-test.run=^$"},
+		// Plain TCP listeners, as a Mux using TCP-MD5 or GTSM needs
+		// (ErrMultipathTCP).
+		Env:    []string{helperEnv + "=1", helperConfigEnv + "=" + string(js), "GODEBUG=multipathtcp=0"},
 		Stdin:  stdinR,
 		Stdout: stdoutW,
 	})

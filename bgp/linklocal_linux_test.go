@@ -45,16 +45,20 @@ func linkLocal(t *testing.T, n *netlab.NS, ifname string) netip.Addr {
 //
 // In one case the Mux dials (BIRD is passive), in the other BIRD dials
 // (the Mux's peer is Passive), so GoBGP's outbound connection and its
-// matching of an inbound one to the zoned neighbour are both shown. Over
+// matching of an inbound one to the zoned neighbour are both shown, each
+// also with GTSM (TTL security, one hop) on both sides. Over
 // the session the Mux announces an IPv6 VIP with next_hop6 and an IPv4 VIP
 // with next_hop, and the router's kernel table gets both.
 func TestBIRDLinkLocalPeer(t *testing.T) {
 	tests := []struct {
 		name       string
 		muxPassive bool // the Mux waits; BIRD dials
+		gtsm       bool // TTL security on both sides (directly connected)
 	}{
-		{"the Mux dials", false},
-		{"BIRD dials", true},
+		{"the Mux dials", false, false},
+		{"BIRD dials", true, false},
+		{"the Mux dials, GTSM", false, true},
+		{"BIRD dials, GTSM", true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,9 +75,12 @@ func TestBIRDLinkLocalPeer(t *testing.T) {
 
 			bird := fleetlabtest.StartBIRD(t, star.Router, fleetlab.BIRDConfig{
 				RouterID: netip.MustParseAddr("198.18.0.1"), ASN: routerASN, IPv6: true,
-				Peers: []fleetlab.BIRDPeer{{Name: m.protocol, Addr: muxLL.WithZone("m1"), ASN: muxASN, Passive: !tt.muxPassive}},
+				Peers: []fleetlab.BIRDPeer{{Name: m.protocol, Addr: muxLL.WithZone("m1"), ASN: muxASN, Passive: !tt.muxPassive, TTLSecurity: tt.gtsm}},
 			})
 			peer := Peer{Address: routerLL.WithZone("up"), ASN: routerASN, Passive: tt.muxPassive}
+			if tt.gtsm {
+				peer.TTLSecurity = 1
+			}
 			mux := startHelper(t, ns, m, Config{
 				ASN:          muxASN,
 				RouterID:     m.addr4,
@@ -86,7 +93,10 @@ func TestBIRDLinkLocalPeer(t *testing.T) {
 			})
 			mux.do("start")
 			mux.do("wait")
-			require.Equal(t, "Established", mustProtocolState(t, bird, m.protocol))
+			// The Mux may see the session up a moment before BIRD does.
+			eventually(t, "BIRD sees the session established", func() bool {
+				return mustProtocolState(t, bird, m.protocol) == "Established"
+			})
 
 			var states []PeerState
 			require.NoError(t, json.Unmarshal([]byte(mux.do("states")), &states))
