@@ -80,11 +80,12 @@ type Config struct {
 // over the Muxes with ECMP.
 type Peer struct {
 	// Address is the neighbour's address (IPv4 or IPv6). It identifies the
-	// peer: two peers may not share it. A link-local IPv6 address names the
-	// interface the neighbour is on as its zone ("fe80::1%eth0"; see
-	// validZone); the session then runs from that interface's link-local
-	// address, and Config.NextHop6 must be set, and no Password (GoBGP
-	// cannot sign such a session).
+	// peer: two peers may not share it. Only a link-local IPv6 address may
+	// have a zone, the name (not the index) of the interface the neighbour
+	// is on ("fe80::1%eth0"); the session then runs from that interface's
+	// link-local address, Config.NextHop6 must be set, and Password must
+	// be empty (GoBGP cannot sign such a session). See "Link-local peers"
+	// in the package documentation.
 	Address netip.Addr
 	// ASN is the neighbour's AS number. Equal to Config.ASN: iBGP;
 	// otherwise eBGP.
