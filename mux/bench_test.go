@@ -562,6 +562,12 @@ var muxOursNs = map[string]float64{}
 //	impl=gopacket  muxPeer, the same job with gopacket and Go maps;
 //	               x-faster is its ns/pkt over ours (the last impl=xdplb
 //	               run at the same flow count, in the same process)
+//
+// At 1M flows a rig built after another one's tables were freed runs
+// 10–15% slower (its memory), and the peer's is always built after ours:
+// there x-faster favours ours. For the fair figure run each side in its
+// own process (-bench 'MuxPipeline$/flows=1M/impl=xdplb$', then
+// …impl=gopacket$; benchmarks/README.md, session 16).
 func BenchmarkMuxPipeline(b *testing.B) {
 	doc := benchDocument(b)
 	impls := []struct {
