@@ -47,6 +47,10 @@ func TestParseLinkLocalPeers(t *testing.T) {
 			`17:16: bgp.peers[0].address: "2001:db8::1%eth0" has a zone; only a link-local peer address may have one (want an IPv4 or IPv6 address)`}},
 		{"zone without next_hop6", bgpDoc("", "fe80::1%eth0", ""), []string{
 			`16:16: bgp.peers[0].address: fe80::1%eth0 is a link-local peer, which needs bgp.next_hop6 (a global IPv6 address of this Mux on that link): next-hop self would announce no usable next hop over a link-local session`}},
+		{"link-local next_hop6", bgpDoc("  next_hop6: 'fe80::10'\n", "fe80::1%eth0", ""), []string{
+			`15:14: bgp.next_hop6: fe80::10 is a link-local address (want a global IPv6 address of this Mux`}},
+		{"node's link-local next_hop6", fleet(fleetPeer, "      next_hop6: 'fe80::11'\n"), []string{
+			`19:18: nodes.mux-1.bgp.next_hop6: fe80::11 is a link-local address`}},
 		{"zone with a password", bgpDoc(nh6, "fe80::1%eth0", "      password: secret\n"), []string{
 			`19:17: bgp.peers[0].password: TCP-MD5 is not supported with a link-local peer (fe80::1%eth0): the BGP speaker cannot set the key for an address with a zone; drop the password, or peer over a global address`}},
 		{"fleet peer, node without next_hop6", fleet(fleetPeer, ""), []string{

@@ -87,8 +87,11 @@ func (d *decoder) bgpNode(o *object, p string, b *BGP) (zoned []site) {
 	}
 	if v := d.get(o, "next_hop6"); v != nil {
 		b.NextHop6, _ = d.addr(v, join(p, "next_hop6"), wantAddr, 0, false)
-		if b.NextHop6.IsValid() && !b.NextHop6.Is6() {
+		switch {
+		case b.NextHop6.IsValid() && !b.NextHop6.Is6():
 			d.errorf(v, join(p, "next_hop6"), "%s is not an IPv6 address (next_hop6 is the next hop of IPv6 VIPs)", b.NextHop6)
+		case b.NextHop6.IsLinkLocalUnicast():
+			d.errorf(v, join(p, "next_hop6"), "%s is a link-local address (want a global IPv6 address of this Mux: the BGP speaker announces only a global next hop)", b.NextHop6)
 		}
 	}
 	seen := map[netip.Addr]site{}

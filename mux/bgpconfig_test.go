@@ -35,6 +35,8 @@ func TestBGPConfigAgrees(t *testing.T) {
 		{"link-local with an index as zone", "fe80::1%2", "", "2001:db8::10", false},
 		{"link-local with a zone no interface can have", "fe80::1%a/b", "", "2001:db8::10", false},
 		{"global IPv6 with zone", "2001:db8::1%eth0", "", "2001:db8::10", false},
+		{"link-local with zone, link-local next_hop6", "fe80::1%eth0", "", "fe80::10", false},
+		{"IPv6, link-local next_hop6", "2001:db8::1", "", "fe80::10", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
