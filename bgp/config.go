@@ -228,7 +228,7 @@ func (c Config) Validate() error {
 				bad(f+".password", "TCP-MD5 is not supported with a link-local peer (%s)", p.Address)
 			}
 			if !c.NextHop6.IsValid() {
-				bad(f+".address", "%s: a link-local peer needs next_hop6 (next-hop self would announce its link-local address)", p.Address)
+				bad(f+".address", "%s: a link-local peer needs next_hop6 (next-hop self would announce no usable next hop over a link-local session)", p.Address)
 			}
 		}
 		if p.TTLSecurity == 255 {

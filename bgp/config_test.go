@@ -80,7 +80,7 @@ func TestConfigValidate(t *testing.T) {
 		{"zone with a slash", func(c *Config) { c.Peers[1].Address, c.NextHop6 = addr("fe80::1%a/b"), addr("2001:db8::10") },
 			[]string{`the zone "a/b" is not an interface name`}},
 		{"zoned peer without next hop6", func(c *Config) { c.Peers[1].Address = addr("fe80::1%eth0") },
-			[]string{"peers[1].address: fe80::1%eth0: a link-local peer needs next_hop6"}},
+			[]string{"peers[1].address: fe80::1%eth0: a link-local peer needs next_hop6 (next-hop self would announce no usable next hop over a link-local session)"}},
 		{"zoned peer with a password", func(c *Config) {
 			c.Peers[1].Address, c.Peers[1].Password, c.NextHop6 = addr("fe80::1%eth0"), "x", addr("2001:db8::10")
 		}, []string{"peers[1].password: TCP-MD5 is not supported with a link-local peer (fe80::1%eth0)"}},
