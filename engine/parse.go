@@ -73,7 +73,7 @@ func parseGeneral(p *Packet, data []byte, vni uint32) DropReason {
 // other frame (tags, options, extension headers, fragments, other
 // protocols, and every frame the general path would drop) is left to the
 // general path, which then parses it from the start. Both fill the same
-// fields with the same values: TestParseCommonAgrees and FuzzParse
+// fields with the same values: TestParseCommonAgrees and FuzzParseCommon
 // compare them.
 func parseCommon(p *Packet, data []byte, vni uint32) bool {
 	const (
