@@ -42,7 +42,9 @@ type sweepFleet struct {
 	dead                      int // hosts (the first ones) whose claims are gone and whose guards cool
 }
 
-func (f sweepFleet) vip(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, byte(i / 256), byte(i % 256)}) }
+func (f sweepFleet) vip(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{198, 18, byte(i / 256), byte(i % 256)})
+}
 
 // dip is DIP d of host h: its VIP spreads a host's DIPs over the VIPs.
 func (f sweepFleet) dip(h, d int) OutboundDIP {
@@ -113,7 +115,9 @@ type countingKV struct {
 	txns, keys, bytes atomic.Int64
 }
 
-func (k *countingKV) Txn(ctx context.Context) clientv3.Txn { return &countingTxn{Txn: k.KV.Txn(ctx), k: k} }
+func (k *countingKV) Txn(ctx context.Context) clientv3.Txn {
+	return &countingTxn{Txn: k.KV.Txn(ctx), k: k}
+}
 
 type countingTxn struct {
 	clientv3.Txn
