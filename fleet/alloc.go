@@ -145,6 +145,10 @@ type PortAllocator struct {
 	exhausted map[dipKey]bool
 	useBuf    []flow.PortRangeUse
 	sweepDue  bool // the next step sweeps
+	// coolingSeen are the guards without a claim that the last sweep
+	// read cooling, or this allocator cooled since, with their
+	// ModRevision (see sweep).
+	coolingSeen map[rangeID]int64
 
 	claims, reclaims, returns, conflicts, exhaustedN, cooling, swept atomic.Uint64
 	sweeps                                                           atomic.Uint64 // sweeps made (for tests)
@@ -683,6 +687,10 @@ func (a *PortAllocator) cool(ctx context.Context, vip netip.Addr, st vipState, f
 		}
 		if resp.Succeeded {
 			used = true
+			if a.coolingSeen == nil {
+				a.coolingSeen = map[rangeID]int64{}
+			}
+			a.coolingSeen[rangeID{vip, first}] = resp.Header.Revision // the guard's ModRevision
 			a.cooling.Add(1)
 			if swept {
 				a.swept.Add(1)

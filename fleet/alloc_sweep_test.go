@@ -175,3 +175,45 @@ func TestAllocatorSweepKeepsLiveGuards(t *testing.T) {
 		})
 	}
 }
+
+// TestAllocatorSweepSkipsCoolingGuards: a guard whose claim is gone and
+// whose guard time runs (a dead host's, cooled by a claimer) makes a
+// sweep read its VIP once, not every sweep: keys-only answers carry no
+// lease, so the sweep remembers the guards it read cooling by their
+// ModRevision. A guard changed since (put again without a lease, as a
+// left guard would be) is read again and cooled.
+func TestAllocatorSweepSkipsCoolingGuards(t *testing.T) {
+	e := startEtcd(t)
+	k := newKeys("")
+	ctx := context.Background()
+	dead := outDIP(1, 1, 8)
+	v, _ := json.Marshal(PortClaim{Last: 1087, Host: "host-a", HostAddr: dead.Owner.Host, DIP: dead.Owner.DIP, VNI: dead.Owner.VNI})
+	l, err := e.client.Grant(ctx, 600)
+	require.NoError(t, err)
+	_, err = e.client.Put(ctx, k.portGuard(outVIP, 1024), string(v), clientv3.WithLease(l.ID))
+	require.NoError(t, err)
+
+	kv := &countingKV{KV: e.client.KV}
+	a, err := NewPortAllocator(PortAllocatorConfig{Client: &clientv3.Client{KV: kv, Lease: e.client.Lease, Watcher: e.client.Watcher},
+		Host: "host-b"})
+	require.NoError(t, err)
+	want := map[dipKey]OutboundDIP{keyOfDIP(outDIP(2, 2, 8)): outDIP(2, 2, 8)}
+	sweep := func() int64 {
+		t.Helper()
+		n := kv.txns.Load()
+		require.NoError(t, a.sweep(ctx, want))
+		return kv.txns.Load() - n
+	}
+	assert.Equal(t, int64(2), sweep(), "the keys, then the VIP with the guard")
+	for range 3 {
+		assert.Equal(t, int64(1), sweep(), "the keys only: the guard still cools")
+	}
+	assert.Zero(t, a.Counters().Cooling)
+
+	_, err = e.client.Put(ctx, k.portGuard(outVIP, 1024), string(v))
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), sweep(), "the keys, the VIP, the guard cooled")
+	assert.Equal(t, uint64(1), a.Counters().Swept)
+	assert.NotZero(t, guardsOf(t, e, outVIP)[1024].lease)
+	assert.Equal(t, int64(1), sweep(), "the keys only")
+}

@@ -33,7 +33,14 @@ func (a *PortAllocator) sweepDelay() time.Duration {
 // DIPs, which it takes back (adopt).
 //
 // The sweep reads every claim and guard key without their values, and
-// the values of the VIPs whose keys show such a guard.
+// the values of the VIPs whose keys show such a guard. Keys alone do not
+// say whether a guard cools: etcd answers a keys-only read from its
+// index, without leases (Lease is 0 in every answer since etcd 3.7). So
+// the sweep remembers the guards it read cooling, with their
+// ModRevision: a guard's lease changes only with a put, which changes
+// that, so a guard remembered and unchanged still cools and its VIP is
+// not read again for it (else every sweep, fleet-wide, would read in
+// full every VIP where a dead host's guards cool, for the guard time).
 func (a *PortAllocator) sweep(ctx context.Context, want map[dipKey]OutboundDIP) error {
 	a.sweeps.Add(1)
 	resp, err := a.cfg.Client.Txn(ctx).Then(
@@ -49,12 +56,22 @@ func (a *PortAllocator) sweep(ctx context.Context, want map[dipKey]OutboundDIP) 
 		}
 	}
 	var vips []netip.Addr
+	seen := map[rangeID]int64{} // the cooling guards to remember
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		vip, first, ok := parsePortKey(a.k.portGuards(), string(kv.Key))
-		if ok && kv.Lease == 0 && !claimed[rangeID{vip, first}] && !slices.Contains(vips, vip) {
+		id := rangeID{vip, first}
+		if !ok || kv.Lease != 0 || claimed[id] {
+			continue
+		}
+		if mod, ok := a.coolingSeen[id]; ok && mod == kv.ModRevision {
+			seen[id] = mod
+			continue
+		}
+		if !slices.Contains(vips, vip) {
 			vips = append(vips, vip)
 		}
 	}
+	a.coolingSeen = seen
 	for _, vip := range vips {
 		st, err := a.read(ctx, vip)
 		if err != nil {
@@ -62,7 +79,11 @@ func (a *PortAllocator) sweep(ctx context.Context, want map[dipKey]OutboundDIP) 
 		}
 		var orphans []uint16
 		for first, g := range st.guards {
-			if _, ok := st.claims[first]; ok || g.lease != 0 {
+			if _, ok := st.claims[first]; ok {
+				continue
+			}
+			if g.lease != 0 {
+				seen[rangeID{vip, first}] = g.mod
 				continue
 			}
 			if _, ok := want[dipKey{vip, g.DIP, g.VNI}]; ok && g.Host == a.cfg.Host {
