@@ -179,9 +179,10 @@ func cpuTime(tb testing.TB) time.Duration {
 // fleet-keys/s, fleet-MB/s sent and fleet-cpu-ms/s (CPU ms a second,
 // measured here, for what etcd and the client did together).
 // "cooling=1" has one dead host's guards cooling (its claims gone, its
-// guards under a guard lease, for an hour after it died); "read-vip" is
-// one VIP's read as every claim makes it, for comparison. Skipped with
-// -short.
+// guards under a guard lease, for an hour after it died); an untimed
+// sweep comes first, so what is timed is a sweep after one that read
+// them (which remembers them: coolingSeen). "read-vip" is one VIP's
+// read as every claim makes it, for comparison. Skipped with -short.
 //
 //	go test -run '^$' -bench AllocatorSweep -benchtime 200x ./fleet/
 func BenchmarkAllocatorSweep(b *testing.B) {
