@@ -12,10 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The tests of a GoBGP AddPeer that fails open no socket and send no
-// packet: the Announcer listens nowhere (ListenPort 0), and its peers are
-// link-local addresses without an interface, which the kernel refuses to
-// dial (GoBGP would try a second after AddPeer at the earliest).
+// The tests of a GoBGP AddPeer that fails send no packet: the peers GoBGP
+// takes are passive, so it never dials them (a passive peer needs a
+// listener: the Announcer listens on a free port of 127.0.0.1 only, where
+// nothing connects), and the peer it refuses gets no socket. They once
+// were link-local addresses without an interface, which the kernel
+// refuses to dial; Config.Validate refuses those now.
 
 // gobgpState is what GoBGP itself runs: whether it is started (its
 // global ASN is set) and its neighbours, sorted.
@@ -46,11 +48,12 @@ func TestAnnouncerStartAddPeerFails(t *testing.T) {
 		peers []Peer // valid, taken by GoBGP; sorted before refused
 	}{
 		{"the refused peer alone", nil},
-		{"after peers GoBGP took", []Peer{{Address: netip.MustParseAddr("fe80::1"), ASN: routerASN}}},
+		{"after peers GoBGP took", []Peer{{Address: netip.MustParseAddr("2001:db8::1"), ASN: routerASN, Passive: true}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := Config{ASN: muxASN, RouterID: netip.MustParseAddr("198.18.0.10"), Peers: tt.peers, Logger: testLogger(t)}
+			cfg := Config{ASN: muxASN, RouterID: netip.MustParseAddr("198.18.0.10"), Peers: tt.peers, Logger: testLogger(t),
+				ListenPort: int32(freePort(t)), ListenAddresses: []netip.Addr{loopback}}
 			a, err := New(cfg)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
@@ -97,9 +100,9 @@ func TestAnnouncerStartAddPeerFails(t *testing.T) {
 // peer first, behind the Announcer's back (administratively down: it never
 // dials), which Config.Validate cannot refuse.
 func TestAnnouncerReconfigureAddPeerFails(t *testing.T) {
-	taken := Peer{Address: netip.MustParseAddr("fe80::1"), ASN: routerASN}
-	refused := Peer{Address: netip.MustParseAddr("fe80::2"), ASN: routerASN}
-	base := Config{ASN: muxASN, RouterID: netip.MustParseAddr("198.18.0.10")}
+	taken := Peer{Address: netip.MustParseAddr("2001:db8::1"), ASN: routerASN, Passive: true}
+	refused := Peer{Address: netip.MustParseAddr("2001:db8::2"), ASN: routerASN, Passive: true}
+	base := Config{ASN: muxASN, RouterID: netip.MustParseAddr("198.18.0.10"), ListenPort: int32(freePort(t)), ListenAddresses: []netip.Addr{loopback}}
 	tests := []struct {
 		name   string
 		change func(a *Announcer, peers []Peer) error

@@ -3,6 +3,7 @@ package mux
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -47,15 +48,21 @@ func (g *gateSteering) Sync(steer.Config) error {
 // running speaker is shut down), and one under way when shutdownBGP ran
 // stops the speaker it started (the controller runs the version already).
 //
-// The speaker listens nowhere and its peers are link-local addresses
-// without an interface, which the kernel refuses to dial: the test sends
-// no packet. What a speaker left running shows is its peers' goroutines.
+// The speaker's peers are passive, which it never dials, and it listens
+// on a free port of 127.0.0.1 only, where nothing connects: the test sends
+// no packet. (The peers were once link-local addresses without an
+// interface, which the kernel refuses to dial; the document refuses those
+// now.) What a speaker left running shows is its peers' goroutines.
 func TestReloadDuringShutdownLeavesNoSpeaker(t *testing.T) {
 	const peers = 8
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
 	var doc strings.Builder
-	doc.WriteString("version: 2\nbgp:\n  asn: 65010\n  router_id: 198.18.0.10\n  listen_port: 0\n  peers:\n")
+	fmt.Fprintf(&doc, "version: 2\nbgp:\n  asn: 65010\n  router_id: 198.18.0.10\n  listen_port: %d\n  listen_addresses: [127.0.0.1]\n  peers:\n", port)
 	for i := range peers {
-		fmt.Fprintf(&doc, "    - {address: \"fe80::%d\", asn: 65000}\n", i+1)
+		fmt.Fprintf(&doc, "    - {address: \"2001:db8::%d\", asn: 65000, passive: true}\n", i+1)
 	}
 	v2, err := control.Parse([]byte(doc.String()))
 	require.NoError(t, err)
