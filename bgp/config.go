@@ -80,9 +80,10 @@ type Config struct {
 // over the Muxes with ECMP.
 type Peer struct {
 	// Address is the neighbour's address (IPv4 or IPv6). It identifies the
-	// peer: two peers may not share it. Only a link-local IPv6 address may
-	// have a zone, the name (not the index) of the interface the neighbour
-	// is on ("fe80::1%eth0"); the session then runs from that interface's
+	// peer: two peers may not share it. A link-local IPv6 address must have
+	// a zone, and only it may: the name (not the index) of the interface
+	// the neighbour is on ("fe80::1%eth0"); without one no session could
+	// be dialled or accepted. The session then runs from that interface's
 	// link-local address, Config.NextHop6 must be set, and Password must
 	// be empty (GoBGP cannot sign such a session). See "Link-local peers"
 	// in the package documentation.
@@ -203,6 +204,8 @@ func (c Config) Validate() error {
 			bad(f+".address", "%s: only a link-local (fe80::/10) address may have a zone", p.Address)
 		case p.Address.Zone() != "" && !validZone(p.Address.Zone()):
 			bad(f+".address", "%s: the zone %q is not an interface name (1..15 bytes, no '/', ':' or space, not all digits)", p.Address, p.Address.Zone())
+		case p.Address.Zone() == "" && p.Address.IsLinkLocalUnicast():
+			bad(f+".address", "%s is link-local: give the interface the peer is on as its zone, e.g. %s%%eth0 (without one no session can be dialled or accepted)", p.Address, p.Address)
 		case p.Address.Is4In6():
 			bad(f+".address", "%s: use the plain IPv4 address", p.Address)
 		case p.Address.IsUnspecified() || p.Address.IsMulticast():

@@ -68,7 +68,10 @@ func TestConfigValidate(t *testing.T) {
 		{"valid link-local peers on two links", func(c *Config) {
 			c.Peers[0].Address, c.Peers[1].Address, c.NextHop6 = addr("fe80::1%eth0"), addr("fe80::1%eth1"), addr("2001:db8::10")
 		}, nil},
-		{"valid link-local peer without a zone", func(c *Config) { c.Peers[1].Address = addr("fe80::1") }, nil},
+		{"link-local peer without a zone", func(c *Config) { c.Peers[1].Address = addr("fe80::1") },
+			[]string{"peers[1].address: fe80::1 is link-local: give the interface the peer is on as its zone, e.g. fe80::1%eth0 (without one no session can be dialled or accepted)"}},
+		{"link-local peer without a zone, with next hop6", func(c *Config) { c.Peers[0].Address, c.NextHop6 = addr("fe80::2"), addr("2001:db8::10") },
+			[]string{"peers[0].address: fe80::2 is link-local: give the interface the peer is on as its zone, e.g. fe80::2%eth0"}},
 		{"zone on a global peer", func(c *Config) { c.Peers[1].Address, c.NextHop6 = addr("2001:db8::1%eth0"), addr("2001:db8::10") },
 			[]string{"peers[1].address: 2001:db8::1%eth0: only a link-local (fe80::/10) address may have a zone"}},
 		{"zone an index", func(c *Config) { c.Peers[1].Address, c.NextHop6 = addr("fe80::1%2"), addr("2001:db8::10") },

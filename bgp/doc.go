@@ -53,11 +53,14 @@
 // # Link-local peers
 //
 // A peer may be an IPv6 link-local address with the interface it is on as
-// its zone, "fe80::1%eth0", as in unnumbered peering: GoBGP dials it from
-// that interface's link-local address (looked up by the interface's name
-// when the peer is added, so Start or Reconfigure fails, naming the peer,
-// if the interface or its link-local address is missing) and takes an
-// incoming session from it on that interface. Config.Validate requires
+// its zone, "fe80::1%eth0", as in unnumbered peering. The zone is
+// required: Config.Validate refuses a link-local peer without one, which
+// the kernel would never dial nor an incoming session match, so it would
+// stay down without a word. GoBGP dials it from that interface's
+// link-local address (looked up by the interface's name when the peer is
+// added, so Start or Reconfigure fails, naming the peer, if the interface
+// or its link-local address is missing) and takes an incoming session
+// from it on that interface. Config.Validate requires
 // NextHop6 with such a peer, since next-hop self would announce no usable
 // address (GoBGP 3.37.0 sends ::, which BIRD rejects: "Invalid NEXT_HOP
 // attribute - zero address"), and refuses a Password on it, since GoBGP

@@ -491,7 +491,9 @@ func (d *decoder) duration(n *yaml.Node, path string, lo, hi time.Duration) (tim
 }
 
 // addr decodes a unicast IP address; zoned says whether a zone is allowed
-// (link-local addresses only, the zone naming an interface: validZone).
+// (link-local addresses only, the zone naming an interface: validZone),
+// and then a link-local address must have one: a peer's, which the BGP
+// speaker can neither dial nor match an incoming session to without it.
 // family is 4 or 6 to require one, else 0.
 func (d *decoder) addr(n *yaml.Node, path, want string, family int, zoned bool) (netip.Addr, bool) {
 	if !d.scalar(n, path, "!!str", want) {
@@ -514,6 +516,8 @@ func (d *decoder) addr(n *yaml.Node, path, want string, family int, zoned bool) 
 		d.errorf(n, path, "%q has a zone; only a link-local peer address may have one (want %s)", s, want)
 	case a.Zone() != "" && !validZone(a.Zone()):
 		d.errorf(n, path, "%q: the zone %q is not an interface name (want the interface the peer is on, e.g. fe80::1%%eth0: %s)", s, a.Zone(), wantZone)
+	case zoned && a.Zone() == "" && a.IsLinkLocalUnicast():
+		d.errorf(n, path, "%q is link-local: give the interface the peer is on as its zone, e.g. %s%%eth0 (without one no session can be dialled or accepted)", s, s)
 	case a.IsUnspecified():
 		d.errorf(n, path, "%q is the unspecified address (want %s)", s, want)
 	case a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):

@@ -92,7 +92,7 @@
 //	withdraw_grace  2s        0..1h; on shutdown: withdraw, keep forwarding this long, then stop
 //	next_hop        (self)    IPv4 next hop announced for IPv4 VIPs; default the session's local address
 //	next_hop6       (self)    global IPv6 next hop for IPv6 VIPs (not link-local); set it to announce them over IPv4 sessions (MP-BGP)
-//	peers[]         none      address (required, unique; a link-local one may name the
+//	peers[]         none      address (required, unique; a link-local one must name the
 //	                          interface the peer is on as its zone, fe80::1%eth0: an
 //	                          interface name, not an index; such a peer needs next_hop6
 //	                          and takes no password),

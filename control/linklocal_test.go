@@ -8,10 +8,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A link-local peer may name its interface as the zone (fe80::1%eth0), as
+// A link-local peer names its interface as the zone (fe80::1%eth0), as
 // the bgp package takes it: a zone that is an interface name, on a
-// link-local address only, with next_hop6 set (for a fleet, in each node's
-// merged bgp) and no password. mux's TestBGPConfigAgrees checks that what
+// link-local address only and required there, with next_hop6 set (for a
+// fleet, in each node's merged bgp) and no password. mux's TestBGPConfigAgrees checks that what
 // Parse accepts here the bgp package accepts too.
 func TestParseLinkLocalPeers(t *testing.T) {
 	// bgpDoc is base with a per-node bgp section (line 12 on) holding one
@@ -34,9 +34,14 @@ func TestParseLinkLocalPeers(t *testing.T) {
 	}{
 		{"zone with next_hop6", bgpDoc(nh6, "fe80::1%eth0", ""), nil},
 		{"zone a long interface name", bgpDoc(nh6, "fe80::1%vlan.1234-abcd", ""), nil},
-		{"link-local without zone", bgpDoc("", "fe80::1", ""), nil},
 		{"fleet peer, node next_hop6", fleet(fleetPeer, "      next_hop6: '2001:db8::11'\n"), nil},
 		{"node peer, fleet next_hop6", fleet(nh6, nodePeer), nil},
+		{"link-local without zone", bgpDoc("", "fe80::1", ""), []string{
+			`16:16: bgp.peers[0].address: "fe80::1" is link-local: give the interface the peer is on as its zone, e.g. fe80::1%eth0 (without one no session can be dialled or accepted)`}},
+		{"link-local without zone, with next_hop6", bgpDoc(nh6, "fe80::2", ""), []string{
+			`17:16: bgp.peers[0].address: "fe80::2" is link-local: give the interface the peer is on as its zone, e.g. fe80::2%eth0`}},
+		{"node peer link-local without zone", fleet(nh6, "      peers: [{address: 'fe80::1', asn: 65000}]\n"), []string{
+			`19:25: nodes.mux-1.bgp.peers[0].address: "fe80::1" is link-local: give the interface the peer is on as its zone`}},
 		{"zone an index", bgpDoc(nh6, "fe80::1%2", ""), []string{
 			`17:16: bgp.peers[0].address: "fe80::1%2": the zone "2" is not an interface name (want the interface the peer is on, e.g. fe80::1%eth0: a Linux interface name, 1-15 characters, no '/', ':' or spaces, not all digits)`}},
 		{"zone too long", bgpDoc(nh6, "fe80::1%vlan.1234-abcdef", ""), []string{

@@ -23,20 +23,22 @@ func TestBGPConfigAgrees(t *testing.T) {
 		password string
 		nextHop6 string // empty: none
 		accepted bool   // by both
+		why      string // when refused, in both errors (if set)
 	}{
-		{"IPv4", "198.18.0.1", "", "", true},
-		{"IPv4 with a password", "198.18.0.1", "secret", "", true},
-		{"IPv6", "2001:db8::1", "", "", true},
-		{"IPv6 with next_hop6", "2001:db8::1", "", "2001:db8::10", true},
-		{"link-local without zone", "fe80::1", "", "", true},
-		{"link-local with zone", "fe80::1%eth0", "", "2001:db8::10", true},
-		{"link-local with zone, no next_hop6", "fe80::1%eth0", "", "", false},
-		{"link-local with zone and a password", "fe80::1%eth0", "secret", "2001:db8::10", false},
-		{"link-local with an index as zone", "fe80::1%2", "", "2001:db8::10", false},
-		{"link-local with a zone no interface can have", "fe80::1%a/b", "", "2001:db8::10", false},
-		{"global IPv6 with zone", "2001:db8::1%eth0", "", "2001:db8::10", false},
-		{"link-local with zone, link-local next_hop6", "fe80::1%eth0", "", "fe80::10", false},
-		{"IPv6, link-local next_hop6", "2001:db8::1", "", "fe80::10", false},
+		{"IPv4", "198.18.0.1", "", "", true, ""},
+		{"IPv4 with a password", "198.18.0.1", "secret", "", true, ""},
+		{"IPv6", "2001:db8::1", "", "", true, ""},
+		{"IPv6 with next_hop6", "2001:db8::1", "", "2001:db8::10", true, ""},
+		{"link-local without zone", "fe80::1", "", "", false, "is link-local: give the interface the peer is on as its zone, e.g. fe80::1%eth0"},
+		{"link-local without zone, with next_hop6", "fe80::1", "", "2001:db8::10", false, "is link-local: give the interface the peer is on as its zone, e.g. fe80::1%eth0"},
+		{"link-local with zone", "fe80::1%eth0", "", "2001:db8::10", true, ""},
+		{"link-local with zone, no next_hop6", "fe80::1%eth0", "", "", false, ""},
+		{"link-local with zone and a password", "fe80::1%eth0", "secret", "2001:db8::10", false, ""},
+		{"link-local with an index as zone", "fe80::1%2", "", "2001:db8::10", false, ""},
+		{"link-local with a zone no interface can have", "fe80::1%a/b", "", "2001:db8::10", false, ""},
+		{"global IPv6 with zone", "2001:db8::1%eth0", "", "2001:db8::10", false, ""},
+		{"link-local with zone, link-local next_hop6", "fe80::1%eth0", "", "fe80::10", false, ""},
+		{"IPv6, link-local next_hop6", "2001:db8::1", "", "fe80::10", false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,6 +69,10 @@ func TestBGPConfigAgrees(t *testing.T) {
 			} else {
 				require.Error(t, parseErr, "document:\n%s", doc)
 				require.Error(t, bgpErr, "the document was refused, so must the BGP config be")
+				if tt.why != "" {
+					require.ErrorContains(t, parseErr, tt.why)
+					require.ErrorContains(t, bgpErr, tt.why)
+				}
 			}
 		})
 	}
