@@ -73,15 +73,8 @@ func TestReloadWhoseBGPSpeakerFailsIsRefusedWhole(t *testing.T) {
 // speaker per try left one each (GoBGP cannot end a server). A later
 // try the controller takes starts that same speaker.
 func TestRefusedVersionKeepsOneSpeaker(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "fleet.yaml")
-	require.NoError(t, os.WriteFile(path, []byte("version: 1\n"), 0o600))
-	m, err := New(Config{Interface: "unused", ConfigPath: path, Logger: quietLog})
-	require.NoError(t, err)
+	m := newIdleMux(t)
 	ctx := context.Background()
-	v1, err := control.Parse([]byte("version: 1\n"))
-	require.NoError(t, err)
-	require.NoError(t, m.apply(ctx, v1))
 	st := &fakeSteering{}
 	require.NoError(t, m.ctl.SetSteering(st))
 	defer m.shutdownBGP()
@@ -99,4 +92,19 @@ func TestRefusedVersionKeepsOneSpeaker(t *testing.T) {
 	require.NoError(t, m.apply(ctx, v2))
 	require.NotNil(t, m.announcer)
 	require.Nil(t, m.unstarted, "the kept speaker runs now")
+}
+
+// newIdleMux returns a Mux without a data path (interface "unused") whose
+// config file holds "version: 1", applied as Run applies its first
+// document: for tests that drive apply themselves.
+func newIdleMux(t *testing.T) *Mux {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fleet.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("version: 1\n"), 0o600))
+	m, err := New(Config{Interface: "unused", ConfigPath: path, Logger: quietLog})
+	require.NoError(t, err)
+	v1, err := control.Parse([]byte("version: 1\n"))
+	require.NoError(t, err)
+	require.NoError(t, m.apply(context.Background(), v1))
+	return m
 }

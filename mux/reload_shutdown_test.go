@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -78,14 +76,8 @@ func TestReloadDuringShutdownLeavesNoSpeaker(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "fleet.yaml")
-			require.NoError(t, os.WriteFile(path, []byte("version: 1\n"), 0o600))
-			m, err := New(Config{Interface: "unused", ConfigPath: path, Logger: quietLog})
-			require.NoError(t, err)
+			m := newIdleMux(t)
 			ctx := context.Background()
-			v1, err := control.Parse([]byte("version: 1\n"))
-			require.NoError(t, err)
-			require.NoError(t, m.apply(ctx, v1))
 			st := &gateSteering{}
 			require.NoError(t, m.ctl.SetSteering(st))
 			defer func() { // a speaker the test failed on stops anyway
