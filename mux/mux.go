@@ -57,8 +57,9 @@
 // A reload whose BGP settings need a restart of the speaker, or that
 // changes hash_seed (the data path hashes flows with the first
 // document's), is refused whole (see apply), so the running version is
-// the one reported. Once Run has begun to shut the speaker down, a reload
-// starts none (see shutdownBGP).
+// the one reported. Once Run has begun to shut the speaker down, or
+// withdrawn every VIP because the data path failed, a reload starts none
+// (see shutdownBGP, withdrawAll).
 //
 // Controller is the part that needs no privileges (documents and health
 // verdicts in, rules, steering rules and announcements out); Mux is the
@@ -196,9 +197,10 @@ type Mux struct {
 	// speaker started, kept for the next try (apply; the watcher's
 	// goroutine only).
 	unstarted *bgp.Announcer
-	// bgpDown is set by shutdownBGP: from then on no speaker starts
-	// (apply), and one an apply already in progress started is shut down
-	// by that apply instead of becoming the announcer.
+	// bgpDown is set by shutdownBGP and withdrawAll: from then on no
+	// speaker starts (apply), and one an apply already in progress
+	// started is shut down by that apply instead of becoming the
+	// announcer.
 	bgpDown   bool
 	dp        *datapath.DataPath // the data path, set by Run once open
 	accounts  []*balance.Account // one per pipeline (worker), read by the collector
@@ -649,10 +651,15 @@ func bgpConfig(b *control.BGP, log *slog.Logger) bgp.Config {
 
 // withdrawAll withdraws every VIP at once and keeps the sessions up
 // (bgp.Announcer.Drain), so that the routers reroute without waiting for a
-// hold timer; the Shutdown that follows skips the grace period.
+// hold timer; the Shutdown that follows skips the grace period. It is
+// called on the ways out only (the data path failed, or Run returns
+// without one), so from then on no speaker starts, as after shutdownBGP:
+// one a reload started before the shutdown would announce, and make the
+// shutdown wait its grace period with nothing forwarding.
 func (m *Mux) withdrawAll() {
 	m.mu.Lock()
 	a := m.announcer
+	m.bgpDown = true
 	m.mu.Unlock()
 	if a == nil {
 		return

@@ -65,14 +65,23 @@ func TestReloadDuringShutdownLeavesNoSpeaker(t *testing.T) {
 	v2, err := control.Parse([]byte(doc.String()))
 	require.NoError(t, err)
 
+	// The ways out: Run's ordered shutdown (shutdownBGP), and the data
+	// path's failure, which withdraws every VIP at once (withdrawAll) before
+	// shutdownBGP: a reload in between started a speaker that announced,
+	// and its shutdown then waited the grace period with nothing
+	// forwarding.
+	shutdown, failed := (*Mux).shutdownBGP, (*Mux).withdrawAll
 	tests := []struct {
 		name     string
-		underWay bool  // the reload has started its speaker when shutdownBGP runs
+		stop     func(*Mux)
+		underWay bool  // the reload has started its speaker when stop runs
 		wantErr  error // apply's
 		version  uint64
 	}{
-		{"reload after shutdown began", false, bgp.ErrClosed, 1},
-		{"reload under way when shutdown began", true, nil, 2},
+		{"reload after shutdown began", shutdown, false, bgp.ErrClosed, 1},
+		{"reload under way when shutdown began", shutdown, true, nil, 2},
+		{"reload after the data path failed", failed, false, bgp.ErrClosed, 1},
+		{"reload under way when the data path failed", failed, true, nil, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,11 +110,11 @@ func TestReloadDuringShutdownLeavesNoSpeaker(t *testing.T) {
 				case <-time.After(30 * time.Second): // hang guard
 					require.FailNow(t, "apply never synced the steering rules")
 				}
-				m.shutdownBGP() // the speaker is not the Mux's yet: nothing to stop here
+				tt.stop(m) // the speaker is not the Mux's yet: nothing to stop here
 				close(st.release)
 				err = <-done
 			} else {
-				m.shutdownBGP()
+				tt.stop(m)
 				err = m.apply(ctx, v2)
 			}
 			if tt.wantErr != nil {
