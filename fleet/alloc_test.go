@@ -524,29 +524,13 @@ type hookKV struct {
 	hook func()
 }
 
-func (h *hookKV) Txn(ctx context.Context) clientv3.Txn { return &hookTxn{Txn: h.KV.Txn(ctx), h: h} }
-
-type hookTxn struct {
-	clientv3.Txn
-	h      *hookKV
-	writes bool
-}
-
-func (t *hookTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
-
-func (t *hookTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	for _, op := range ops {
-		t.writes = t.writes || op.IsPut()
-	}
-	t.Txn = t.Txn.Then(ops...)
-	return t
-}
-
-func (t *hookTxn) Commit() (*clientv3.TxnResponse, error) {
-	if t.writes {
-		t.h.hook()
-	}
-	return t.Txn.Commit()
+func (h *hookKV) Txn(ctx context.Context) clientv3.Txn {
+	return txnHook{KV: h.KV, commit: func(txn clientv3.Txn, then []clientv3.Op) (*clientv3.TxnResponse, error) {
+		if slices.ContainsFunc(then, clientv3.Op.IsPut) {
+			h.hook()
+		}
+		return txn.Commit()
+	}}.Txn(ctx)
 }
 
 // TestAllocatorRestartRacesCooling: a restarted Host Agent whose taking

@@ -116,27 +116,16 @@ type countingKV struct {
 }
 
 func (k *countingKV) Txn(ctx context.Context) clientv3.Txn {
-	return &countingTxn{Txn: k.KV.Txn(ctx), k: k}
+	return txnHook{KV: k.KV, commit: k.commit}.Txn(ctx)
 }
 
-type countingTxn struct {
-	clientv3.Txn
-	k *countingKV
-}
-
-func (t *countingTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
-func (t *countingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	t.Txn = t.Txn.Then(ops...)
-	return t
-}
-
-func (t *countingTxn) Commit() (*clientv3.TxnResponse, error) {
-	resp, err := t.Txn.Commit()
-	t.k.txns.Add(1)
+func (k *countingKV) commit(txn clientv3.Txn, _ []clientv3.Op) (*clientv3.TxnResponse, error) {
+	resp, err := txn.Commit()
+	k.txns.Add(1)
 	if err == nil {
-		t.k.bytes.Add(int64(proto.Size((*etcdserverpb.TxnResponse)(resp))))
+		k.bytes.Add(int64(proto.Size((*etcdserverpb.TxnResponse)(resp))))
 		for _, r := range resp.Responses {
-			t.k.keys.Add(int64(len(r.GetResponseRange().GetKvs())))
+			k.keys.Add(int64(len(r.GetResponseRange().GetKvs())))
 		}
 	}
 	return resp, err

@@ -26,35 +26,20 @@ type flakyKV struct {
 }
 
 func (f *flakyKV) Txn(ctx context.Context) clientv3.Txn {
-	return &flakyTxn{Txn: f.KV.Txn(ctx), kv: f}
+	return txnHook{KV: f.KV, commit: f.commit}.Txn(ctx)
 }
 
-type flakyTxn struct {
-	clientv3.Txn
-	kv *flakyKV
-}
-
-func (t *flakyTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
-func (t *flakyTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	t.Txn = t.Txn.Then(ops...)
-	return t
-}
-func (t *flakyTxn) Else(ops ...clientv3.Op) clientv3.Txn {
-	t.Txn = t.Txn.Else(ops...)
-	return t
-}
-
-func (t *flakyTxn) Commit() (*clientv3.TxnResponse, error) {
-	t.kv.mu.Lock()
-	n := t.kv.n
-	t.kv.n++
-	t.kv.mu.Unlock()
-	fail, landed := t.kv.script(n)
+func (f *flakyKV) commit(txn clientv3.Txn, _ []clientv3.Op) (*clientv3.TxnResponse, error) {
+	f.mu.Lock()
+	n := f.n
+	f.n++
+	f.mu.Unlock()
+	fail, landed := f.script(n)
 	if fail == nil {
-		return t.Txn.Commit()
+		return txn.Commit()
 	}
 	if landed {
-		if _, err := t.Txn.Commit(); err != nil {
+		if _, err := txn.Commit(); err != nil {
 			return nil, err
 		}
 	}

@@ -33,29 +33,20 @@ func (f *failingReads) left() int {
 }
 
 func (f *failingReads) Txn(ctx context.Context) clientv3.Txn {
-	return &failingTxn{Txn: f.KV.Txn(ctx), f: f}
+	return txnHook{KV: f.KV, commit: f.commit}.Txn(ctx)
 }
 
-type failingTxn struct {
-	clientv3.Txn
-	f *failingReads
-}
-
-func (t *failingTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If(cs...); return t }
-func (t *failingTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
-func (t *failingTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
-
-func (t *failingTxn) Commit() (*clientv3.TxnResponse, error) {
-	t.f.mu.Lock()
-	fail := t.f.failing > 0
+func (f *failingReads) commit(txn clientv3.Txn, _ []clientv3.Op) (*clientv3.TxnResponse, error) {
+	f.mu.Lock()
+	fail := f.failing > 0
 	if fail {
-		t.f.failing--
+		f.failing--
 	}
-	t.f.mu.Unlock()
+	f.mu.Unlock()
 	if fail {
 		return nil, errors.New("etcd: read failed (test)")
 	}
-	return t.Txn.Commit()
+	return txn.Commit()
 }
 
 // TestSourceReadFailsAfterEvent: a Source whose read after a watch event
