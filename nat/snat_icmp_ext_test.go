@@ -1,7 +1,6 @@
 package nat_test
 
 import (
-	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -66,7 +65,6 @@ func snatConnect6(t testing.TB, e *snatEnv, vm pkt) uint16 {
 // the VM sends about an outbound connection's packet is not translated
 // (nat_no_state; bad_l4 for those quotes).
 func TestSNATICMPv6ErrorsQuoteExtensionHeaders(t *testing.T) {
-	router6 := netip.MustParseAddr("2001:db8:50::fe")
 	allocs := []flow.PortAllocation{alloc(vipO, 2048, 2111, dipA, vni), alloc(vipO6, 4096, 4103, dip6, vni)}
 	for _, ch := range extChains6 {
 		n := quoteLen6(ch.exts, ch.cut)
@@ -79,16 +77,16 @@ func TestSNATICMPv6ErrorsQuoteExtensionHeaders(t *testing.T) {
 					sent := fl.vm.withSrc(ap(vipO6, vport))
 					before := e.s.Stats()
 
-					res := e.run(e.in, icmpErrFrame(router6, vipO6, macA, quotedFrame6(sent, ch.exts...), n, k.unrch), vni)
+					res := e.run(e.in, icmpErrFrame(snatRouter6, vipO6, macA, quotedFrame6(sent, ch.exts...), n, k.unrch), vni)
 					require.Empty(t, res.reason)
-					want := icmpErrFrame(router6, dip6, macA, quotedFrame6(fl.vm, ch.exts...), n, k.unrch)
+					want := icmpErrFrame(snatRouter6, dip6, macA, quotedFrame6(fl.vm, ch.exts...), n, k.unrch)
 					require.Equal(t, want, res.frame, "translated error")
 					require.Equal(t, dip6, res.p.Key.DstAddr())
 					require.NotZero(t, res.p.Flags&engine.FlagOutbound)
 
 					// gopacket's reading of the result.
 					outer, q := icmpv6ErrOracle(t, res.frame)
-					require.Equal(t, router6.AsSlice(), []byte(outer.SrcIP.To16()))
+					require.Equal(t, snatRouter6.AsSlice(), []byte(outer.SrcIP.To16()))
 					require.Equal(t, dip6.AsSlice(), []byte(outer.DstIP.To16()))
 					src, dst := quotedOracle6(t, q, chain, fl.vm.protocol(), ch.cut == 0)
 					require.Equal(t, fl.vm.src, src, "quoted source")
@@ -102,7 +100,7 @@ func TestSNATICMPv6ErrorsQuoteExtensionHeaders(t *testing.T) {
 
 					// About a port without a connection.
 					other := fl.vm.withSrc(ap(vipO6, vport+1))
-					res = e.run(e.in, icmpErrFrame(router6, vipO6, macA, quotedFrame6(other, ch.exts...), n, k.unrch), vni)
+					res = e.run(e.in, icmpErrFrame(snatRouter6, vipO6, macA, quotedFrame6(other, ch.exts...), n, k.unrch), vni)
 					require.Equal(t, "snat_no_state", res.reason)
 					require.EqualValues(t, 1, e.drops("snat_no_state"))
 					require.EqualValues(t, before.NoState+1, e.s.Stats().NoState)
@@ -133,7 +131,7 @@ func TestSNATICMPv6ErrorsQuoteExtensionHeaders(t *testing.T) {
 					vport := snatConnect6(t, e, fl.vm)
 					sent := fl.vm.withSrc(ap(vipO6, vport))
 					before := e.s.Stats()
-					res := e.run(e.in, icmpErrFrame(router6, vipO6, macA, quotedFrame6(sent, tc.exts...), n, k.unrch), vni)
+					res := e.run(e.in, icmpErrFrame(snatRouter6, vipO6, macA, quotedFrame6(sent, tc.exts...), n, k.unrch), vni)
 					require.Equal(t, "bad_l4", res.reason, "inbound")
 					drops := uint64(1)
 					if fl.vm.protocol() != flow.ProtoICMPv6 {
@@ -158,7 +156,6 @@ func TestSNATICMPv6ErrorsQuoteExtensionHeaders(t *testing.T) {
 // required to translate — and quotes the NAT drops (a chain cut by the
 // quote, a Routing header with a segment left).
 func snatExtErrSeeds(t testing.TB, e *snatEnv) [][]byte {
-	router6 := netip.MustParseAddr("2001:db8:50::fe")
 	both := []gpkt.Ext6{gpkt.DestOpts6, firstFrag6}
 	long := []gpkt.Ext6{gpkt.DestOpts6, gpkt.DestOpts6, firstFrag6}
 	var seeds [][]byte
@@ -168,13 +165,13 @@ func snatExtErrSeeds(t testing.TB, e *snatEnv) [][]byte {
 			exts []gpkt.Ext6
 			cut  int
 		}{{both, 0}, {long, 0}, {both, 8}} {
-			s := icmpErrFrame(router6, vipO6, macA, quotedFrame6(sent, q.exts...), quoteLen6(q.exts, q.cut), i%2 == 0)
+			s := icmpErrFrame(snatRouter6, vipO6, macA, quotedFrame6(sent, q.exts...), quoteLen6(q.exts, q.cut), i%2 == 0)
 			require.Empty(t, e.run(e.in, s, vni).reason, "seed about %s", fl.name)
 			seeds = append(seeds, s)
 		}
 	}
 	sent := snatFlows6[0].vm.withSrc(ap(vipO6, snatConnect6(t, e, snatFlows6[0].vm)))
 	return append(seeds,
-		icmpErrFrame(router6, vipO6, macA, quotedFrame6(sent, both...), quoteLen6(both, -4), false),
-		icmpErrFrame(router6, vipO6, macA, quotedFrame6(sent, gpkt.DestOpts6, gpkt.Routing6(1)), 0, false))
+		icmpErrFrame(snatRouter6, vipO6, macA, quotedFrame6(sent, both...), quoteLen6(both, -4), false),
+		icmpErrFrame(snatRouter6, vipO6, macA, quotedFrame6(sent, gpkt.DestOpts6, gpkt.Routing6(1)), 0, false))
 }

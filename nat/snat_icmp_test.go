@@ -87,6 +87,13 @@ func TestSNATEcho(t *testing.T) {
 	}
 }
 
+// snatRouter and snatRouter6 are routers on the way to the remotes, which
+// send the VIP ICMP errors about outbound connections' packets.
+var (
+	snatRouter  = netip.MustParseAddr("198.18.50.254")
+	snatRouter6 = netip.MustParseAddr("2001:db8:50::fe")
+)
+
 // TestSNATICMPErrors: an error a router sends to the VIP about an outbound
 // connection's packet (fragmentation needed or packet too big, port
 // unreachable; about a TCP or UDP packet or a ping; the quote whole or
@@ -94,8 +101,6 @@ func TestSNATEcho(t *testing.T) {
 // translated, every checksum as gopacket computes it for the packet the
 // VM sent.
 func TestSNATICMPErrors(t *testing.T) {
-	router := netip.MustParseAddr("198.18.50.254")
-	router6 := netip.MustParseAddr("2001:db8:50::fe")
 	for _, tc := range []struct {
 		name        string
 		vm          pkt
@@ -104,10 +109,10 @@ func TestSNATICMPErrors(t *testing.T) {
 		n           int
 		portUnreach bool
 	}{
-		{"tcp4 frag needed", tcp(ap(dipA, 40000), ap(remote, 443)), vipO, router, 0, false},
-		{"tcp4 frag needed, quote cut", tcp(ap(dipA, 40001), ap(remote, 443)), vipO, router, 28, false},
+		{"tcp4 frag needed", tcp(ap(dipA, 40000), ap(remote, 443)), vipO, snatRouter, 0, false},
+		{"tcp4 frag needed, quote cut", tcp(ap(dipA, 40001), ap(remote, 443)), vipO, snatRouter, 28, false},
 		{"udp4 port unreachable", udp(ap(dipA, 40002), ap(remote, 53)), vipO, remote, 0, true},
-		{"tcp6 packet too big", tcp(ap(dip6, 40003), ap(remote6, 443)), vipO6, router6, 0, false},
+		{"tcp6 packet too big", tcp(ap(dip6, 40003), ap(remote6, 443)), vipO6, snatRouter6, 0, false},
 		{"udp6 port unreachable", udp(ap(dip6, 40004), ap(remote6, 53)), vipO6, remote6, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,9 +132,9 @@ func TestSNATICMPErrors(t *testing.T) {
 	// About a ping.
 	for _, v4 := range []bool{true, false} {
 		e := newSNATEnv(t, defaultSections(), alloc(vipO, 2048, 2111, dipA, vni), alloc(vipO6, 4096, 4103, dip6, vni))
-		dip, vip, rem, from := dipA, vipO, remote, router
+		dip, vip, rem, from := dipA, vipO, remote, snatRouter
 		if !v4 {
-			dip, vip, rem, from = dip6, vipO6, remote6, router6
+			dip, vip, rem, from = dip6, vipO6, remote6, snatRouter6
 		}
 		res := e.run(e.ret, echoFrame(dip, rem, macGW, false, 0x99), vni)
 		require.Empty(t, res.reason)
@@ -147,8 +152,6 @@ func TestSNATICMPErrors(t *testing.T) {
 // its ports; to an address that is neither a rule's VIP nor an outbound
 // VIP it stays nat_no_rule. The SNAT never sees it.
 func TestSNATICMPErrorQuoteTooShortForEcho(t *testing.T) {
-	router := netip.MustParseAddr("198.18.50.254")
-	router6 := netip.MustParseAddr("2001:db8:50::fe")
 	for _, tc := range []struct {
 		name   string
 		v4     bool
@@ -167,9 +170,9 @@ func TestSNATICMPErrorQuoteTooShortForEcho(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newSNATEnv(t, defaultSections(), alloc(vipO, 2048, 2111, dipA, vni), alloc(vipO6, 4096, 4103, dip6, vni))
-			dip, vip, rem, from, ipLen := dipA, vipO, remote, router, header.IPv4MinSize
+			dip, vip, rem, from, ipLen := dipA, vipO, remote, snatRouter, header.IPv4MinSize
 			if !tc.v4 {
-				dip, vip, rem, from, ipLen = dip6, vipO6, remote6, router6, header.IPv6Size
+				dip, vip, rem, from, ipLen = dip6, vipO6, remote6, snatRouter6, header.IPv6Size
 			}
 			res := e.run(e.ret, echoFrame(dip, rem, macGW, false, 0x99), vni)
 			require.Empty(t, res.reason)
