@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"encoding/binary"
+
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/header"
 )
@@ -85,57 +87,57 @@ func parseCommon(p *Packet, data []byte, vni uint32) bool {
 		return false
 	}
 	var (
-		end, l4 int
-		proto   uint8
-		flags   uint16
+		end, l4  int
+		proto    uint8
+		flags    uint16
+		src, dst []byte
 	)
-	switch et := be16(data[12:]); {
+	et := binary.BigEndian.Uint16(data[12:])
+	switch {
 	case et == header.EtherTypeIPv4 && data[l3] == 0x45: // version 4, no options
-		// The total length covers the header; no fragment flag or offset.
-		end, l4, proto, flags = l3+int(be16(data[l3+2:])), l4v4, data[l3+9], FlagIPv4
-		if end < l4v4 || end > len(data) || be16(data[l3+6:])&0x3fff != 0 {
+		// The total length covers the header; not a fragment.
+		ip := header.IPv4(data[l3:])
+		end, l4, proto, flags = l3+int(ip.TotalLength()), l4v4, ip.Protocol(), FlagIPv4
+		if end < l4v4 || end > len(data) || ip.IsFragment() {
 			return false
 		}
+		src, dst = ip.SrcSlice(), ip.DstSlice()
 	case et == header.EtherTypeIPv6 && data[l3]>>4 == 6 && len(data) >= l4v6:
-		end, l4, proto, flags = l4v6+int(be16(data[l3+4:])), l4v6, data[l3+6], FlagIPv6
+		ip := header.IPv6(data[l3:])
+		end, l4, proto, flags = l4v6+int(ip.PayloadLength()), l4v6, ip.NextHeader(), FlagIPv6
 		if end > len(data) {
 			return false
 		}
+		src, dst = ip.SrcSlice(), ip.DstSlice()
 	default:
 		return false
 	}
 	seg := data[l4:end]
-	var sport, dport uint16
 	switch proto {
 	case flow.ProtoTCP:
-		if len(seg) < header.TCPMinSize || seg[12]>>4 < 5 || int(seg[12]>>4)*4 > len(seg) {
+		if t := header.TCP(seg); len(t) < header.TCPMinSize || t.DataOffset() < header.TCPMinSize || t.DataOffset() > len(t) {
 			return false
 		}
 	case flow.ProtoUDP:
-		if len(seg) < header.UDPSize {
-			return false
-		}
-		if n := int(be16(seg[4:])); n < header.UDPSize || n > len(seg) {
+		if u := header.UDP(seg); len(u) < header.UDPSize || u.Length() < header.UDPSize || int(u.Length()) > len(u) {
 			return false
 		}
 	default:
 		return false
 	}
-	sport, dport = be16(seg[0:]), be16(seg[2:])
-	p.EtherType = be16(data[12:])
+	// TCP's ports lie where UDP's do.
+	sport, dport := header.UDP(seg).SrcPort(), header.UDP(seg).DstPort()
+	p.EtherType = et
 	p.L3Off, p.L4Off = l3, uint16(l4)
 	p.Flags = flags | FlagL4
 	p.L4Proto = proto
 	if flags == FlagIPv4 {
-		p.Key.SetIPv4(vni, proto, data[l3+12:l3+16], data[l3+16:l3+20], sport, dport)
+		p.Key.SetIPv4(vni, proto, src, dst, sport, dport)
 	} else {
-		p.Key.SetIPv6(vni, proto, data[l3+8:l3+24], data[l3+24:l3+40], sport, dport)
+		p.Key.SetIPv6(vni, proto, src, dst, sport, dport)
 	}
 	return true
 }
-
-// be16 reads a big-endian 16-bit word at b[0:2].
-func be16(b []byte) uint16 { return uint16(b[0])<<8 | uint16(b[1]) }
 
 func parseIPv4(p *Packet, data []byte, l3 int, vni uint32) DropReason {
 	ip := header.IPv4(data[l3:])
