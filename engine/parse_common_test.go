@@ -2,10 +2,14 @@ package engine
 
 import (
 	"encoding/binary"
+	"net"
 	"testing"
 
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+
 	"github.com/xdplb/xdplb/flow"
-	"github.com/xdplb/xdplb/header"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
 // commonFrames are well-formed frames of the shapes parseCommon takes:
@@ -23,45 +27,29 @@ func commonFrames() [][]byte {
 	return out
 }
 
-// commonFrame builds one: payload bytes of data after the transport
-// header (TCP with 4 bytes of options), pad bytes of Ethernet padding.
+// commonFrame builds one with gopacket: payload bytes of data after the
+// transport header (TCP with 4 bytes of options), pad bytes of Ethernet
+// padding.
 func commonFrame(v6 bool, proto uint8, payload, pad int) []byte {
-	l4 := header.UDPSize
-	if proto == flow.ProtoTCP {
-		l4 = header.TCPMinSize + 4
-	}
-	l3 := header.IPv4MinSize
+	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1},
+		EthernetType: layers.EthernetTypeIPv4}
+	var nl gopacket.SerializableLayer
 	if v6 {
-		l3 = header.IPv6Size
-	}
-	f := make([]byte, header.EthernetSize+l3+l4+payload+pad)
-	copy(f, []byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2})
-	ip := f[header.EthernetSize:]
-	be := binary.BigEndian
-	if v6 {
-		be.PutUint16(f[12:], header.EtherTypeIPv6)
-		ip[0] = 0x60
-		be.PutUint16(ip[4:], uint16(l4+payload))
-		ip[6], ip[7] = proto, 64
-		copy(ip[8:], []byte{0x20, 0x01, 0x0d, 0xb8, 15: 1})
-		copy(ip[24:], []byte{0x20, 0x01, 0x0d, 0xb8, 15: 2})
+		eth.EthernetType = layers.EthernetTypeIPv6
+		nl = &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocol(proto),
+			SrcIP: net.ParseIP("2001:db8::1"), DstIP: net.ParseIP("2001:db8::2")}
 	} else {
-		be.PutUint16(f[12:], header.EtherTypeIPv4)
-		ip[0] = 0x45
-		be.PutUint16(ip[2:], uint16(l3+l4+payload))
-		ip[8], ip[9] = 64, proto
-		copy(ip[12:], []byte{198, 18, 0, 1, 198, 19, 0, 2})
+		nl = &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocol(proto),
+			SrcIP: net.IP{198, 18, 0, 1}, DstIP: net.IP{198, 19, 0, 2}}
 	}
-	seg := ip[l3:]
-	be.PutUint16(seg[0:], 40000)
-	be.PutUint16(seg[2:], 443)
+	var l4 gopacket.SerializableLayer = &layers.UDP{SrcPort: 40000, DstPort: 443}
 	if proto == flow.ProtoTCP {
-		seg[12] = byte(l4/4) << 4
-		seg[13] = 0x10 // ACK
-	} else {
-		be.PutUint16(seg[4:], uint16(l4+payload))
+		l4 = &layers.TCP{SrcPort: 40000, DstPort: 443, ACK: true, Window: 512,
+			Options: []layers.TCPOption{{OptionType: layers.TCPOptionKindNop}, {OptionType: layers.TCPOptionKindNop},
+				{OptionType: layers.TCPOptionKindNop}, {OptionType: layers.TCPOptionKindNop}}}
 	}
-	return f
+	f := gpkt.MustSerialize(eth, nl, l4, gopacket.Payload(make([]byte, payload)))
+	return append(f, make([]byte, pad)...)
 }
 
 // checkCommonAgrees checks that whenever parseCommon takes frame, the
