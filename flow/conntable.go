@@ -420,7 +420,10 @@ func ctBucketsFor(n int, grow bool) int {
 func (t *ConnTable) Config() ConnTableConfig { return t.cfg }
 
 // Now returns the current tick. Call it once per batch, not per packet.
-func (t *ConnTable) Now() Tick { return t.TickAt(time.Now()) }
+// It reads the monotonic clock alone (time.Since of the table's
+// construction): half the cost of time.Now, which reads the wall clock
+// too.
+func (t *ConnTable) Now() Tick { return Tick(time.Since(t.epoch) / time.Millisecond) }
 
 // TickAt converts a wall-clock reading to a tick of this table. Times
 // before the table's construction wrap around.
