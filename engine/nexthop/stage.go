@@ -149,6 +149,7 @@ type hopCache struct {
 	version uint64 // the resolver's version the entries are from
 	batches uint32 // batches since gen last changed
 	gen     uint32 // entries of this generation are valid; a new one empties the cache
+	answers uint32 // changes with the answers: the version, or every batch (Pass.Answers)
 	e       [hopCacheSize]hopEntry
 }
 
@@ -210,7 +211,11 @@ func (s *Stage) generation(c *hopCache) uint32 {
 	c.batches++
 	if s.vr == nil {
 		c.gen++ // answers live for this batch only
+		c.answers++
 	} else if v := s.vr.Version(); v != c.version || c.batches >= hopCacheRefresh {
+		if v != c.version {
+			c.answers++
+		}
 		c.gen++
 		c.version, c.batches = v, 0
 	}
@@ -232,6 +237,8 @@ type Pass struct {
 	e    []hopEntry // the worker's cache (a power of two in length); nil: last
 	mask uint64
 	gen  uint32 // entries of this generation are valid
+	// answers is the worker's hopCache.answers (Answers).
+	answers uint32
 	// The last miss of this batch, so that a burst to an unresolved
 	// destination costs one lookup.
 	missA0, missA1 uint64
@@ -252,6 +259,7 @@ func (s *Stage) Begin(b *engine.Batch, ps *Pass) {
 		return
 	}
 	ps.e, ps.mask, ps.gen = c.e[:], hopCacheSize-1, s.generation(c)
+	ps.answers = c.answers
 }
 
 // Generation identifies the answers the pass writes: within one
@@ -263,6 +271,33 @@ func (s *Stage) Begin(b *engine.Batch, ps *Pass) {
 // batches (so that destinations in use are looked up now and then), and,
 // with a Source that is not a VersionedSource, every batch.
 func (ps *Pass) Generation() (gen uint32, ok bool) { return ps.gen, ps.e != nil }
+
+// Answers identifies the answers themselves, where Generation identifies
+// the cached copies of them: with a VersionedSource it changes only with
+// the resolver's version (a VersionedSource's answers change only then),
+// not every hopCacheRefresh batches; with any other Source, every batch.
+// Within one, Packet writes the same addresses and port for a destination
+// every time (ok as for Generation). A caller that keeps what Packet wrote
+// across generations must show the Source the destinations it keeps
+// using, as Packet would have: Touch4 each of them once per generation.
+func (ps *Pass) Answers() (id uint32, ok bool) { return ps.answers, ps.e != nil }
+
+// Touch4 looks IPv4 destination dst up as Packet would for a packet to
+// it, without a packet: from the worker's cache, or, once per generation,
+// from the Source, which so sees the destination in use (the Resolver
+// forgets destinations idle for its IdleTimeout). It writes nothing and
+// reports nothing; a destination that does not resolve is the Source's
+// to resolve, as for Packet.
+func (ps *Pass) Touch4(dst [4]byte) {
+	if ps.e == nil {
+		return
+	}
+	a1 := uint64(binary.LittleEndian.Uint32(dst[:]))
+	h := &ps.e[hopIndex(0, a1, 4)&ps.mask]
+	if h.gen != ps.gen || h.family != 4 || h.a0 != 0 || h.a1 != a1 {
+		ps.s.fill(h, 0, a1, 4, ps.gen)
+	}
+}
 
 // Packet addresses p to its next hop (Ethernet addresses, OutPort), or
 // sends it to the slow path, or returns why it must be dropped, which the
