@@ -10,6 +10,12 @@ import "unsafe"
 //go:noescape
 func Lines4(p unsafe.Pointer)
 
+// TwoPairs prefetches the two cache lines from a and the two from b
+// (two 128-byte blocks, each 64-byte aligned for two lines).
+//
+//go:noescape
+func TwoPairs(a, b unsafe.Pointer)
+
 // Three prefetches the cache lines at a, b and c (the connection table:
 // a key's two buckets, the first one's second line).
 //

@@ -16,6 +16,15 @@ func Lines4(p unsafe.Pointer) {
 	}
 }
 
+// TwoPairs brings the two cache lines from a and the two from b in with
+// loads. On amd64 and arm64 it is four prefetch instructions.
+func TwoPairs(a, b unsafe.Pointer) {
+	(*atomic.Uint32)(a).Load()
+	(*atomic.Uint32)(unsafe.Add(a, 64)).Load()
+	(*atomic.Uint32)(b).Load()
+	(*atomic.Uint32)(unsafe.Add(b, 64)).Load()
+}
+
 // Three brings the cache lines at a, b and c in with loads. On amd64 and
 // arm64 it is three prefetch instructions.
 func Three(a, b, c unsafe.Pointer) {

@@ -14,6 +14,7 @@ func TestLines4(t *testing.T) {
 	}
 	for off := 0; off+256 <= len(buf); off += 64 {
 		Lines4(unsafe.Pointer(&buf[off]))
+		TwoPairs(unsafe.Pointer(&buf[off]), unsafe.Pointer(&buf[len(buf)-128-off]))
 		Three(unsafe.Pointer(&buf[off]), unsafe.Pointer(&buf[off+64]), unsafe.Pointer(&buf[off+128]))
 		Frame(unsafe.Pointer(&buf[off+64]))
 	}
