@@ -33,10 +33,13 @@ import (
 //     removes the decision), as do fragments, ICMP and anything else;
 //   - the same worker epoch: the batch's rule snapshot (rules, backends
 //     and their health), the source filter's prefix set and the next-hop
-//     stage's generation (a new resolver version, or every 1024 batches,
-//     nexthop.Pass.Generation) are those the decision was made under; a
-//     new snapshot also empties the cache, so that it holds no rule of an
-//     old one;
+//     stage's answers (the resolver's version, nexthop.Pass.Answers) are
+//     those the decision was made under; a new snapshot also empties the
+//     cache, so that it holds no rule of an old one. The next-hop stage's
+//     periodic refresh of its cached answers (every 1024 batches) does not
+//     end the epoch: a hit shows the resolver its next hop once per
+//     next-hop generation instead (nexthop.Pass.Touch4), as the full
+//     pipeline's lookup would, so that its idle sweep spares it;
 //   - the flow's entry last seen no longer ago than the connection
 //     table's refresh interval for its class (flow.ConnTable.RefreshAfter),
 //     counted from the entry's last-seen as the full pipeline's lookup
@@ -58,10 +61,13 @@ import (
 // path: TestFastPathAgrees, TestFusedAgrees and FuzzFused compare them.
 // (A hit does not set Packet.Hash, which nothing after the pipeline reads.)
 //
-// Each worker's cache is two-way set-associative, fastSlots entries of
-// 128 bytes (1 MB), made on the worker's first batch; the sets of a
-// batch's packets are prefetched before any is looked up, so that their
-// cache misses overlap. A batch without a worker index (made by hand)
+// Each worker's cache is two-way skewed-associative, fastSlots entries of
+// 128 bytes (1 MB), made on the worker's first batch: a key may be in one
+// entry of each half, placed by two hashes, so that three flows that
+// share one entry rarely share the other (with one set of two entries
+// for both ways, such flows kept evicting each other: 1.4% of the packets
+// at 1,000 flows). The two entries of a batch's packets are prefetched
+// before any is looked up, so that their cache misses overlap. A batch without a worker index (made by hand)
 // does not use it. A worker whose packets rarely hit naps (see awake).
 type fastPath struct {
 	caches   engine.PerWorker[fastCache]
@@ -75,15 +81,16 @@ type fastPath struct {
 }
 
 const (
-	fastSetBits = 12
+	fastWayBits = 12 // entries per way: 1 << fastWayBits
 	fastWays    = 2
-	fastSlots   = fastWays << fastSetBits
+	fastSlots   = fastWays << fastWayBits
 	noSlot      = ^uint32(0)
 )
 
 // fastEntry is one flow's decision, valid in its cache's epoch: 128
 // bytes, two cache lines — the first has what a lookup compares, the
-// second what a hit writes (a set's four lines are prefetched together).
+// second what a hit writes (a key's two entries, four lines, are
+// prefetched together).
 type fastEntry struct {
 	key     flow.Key // as parsed, VNI 0
 	epoch   uint32
@@ -96,7 +103,13 @@ type fastEntry struct {
 	inner [12]byte
 	out   uint16
 	class flow.StateClass
-	_     byte
+	// touched is the low byte of the next-hop generation in which the
+	// resolver last saw the entry's next hop (fastCache.hopGen). Only
+	// equality is tested: an entry left alone for a multiple of 256
+	// generations is not shown once, which at worst lets the resolver
+	// forget a next hop in use — a new resolver version, which ends the
+	// epoch.
+	touched uint8
 }
 
 // The entry's size is 128 bytes: a compile-time check.
@@ -105,16 +118,18 @@ var _ [0]struct{} = [unsafe.Sizeof(fastEntry{}) - 128]struct{}{}
 // fastCache is one worker's cache, and its state for the batch it runs.
 type fastCache struct {
 	// The entries, first: a large allocation starts on a page, so every
-	// set of two entries is four whole cache lines.
+	// entry is two whole cache lines. The first fastSlots/2 are way 0,
+	// the others way 1.
 	e [fastSlots]fastEntry
 
-	epoch uint32 // entries of this epoch are valid; 0 is never one
-	snap  *flow.Snapshot
-	set   *guard.Prefixes
-	hop   uint32
-	seed  uint64
-	now   flow.Tick
-	turn  uint32 // which of a full set's entries the next fill takes
+	epoch  uint32 // entries of this epoch are valid; 0 is never one
+	snap   *flow.Snapshot
+	set    *guard.Prefixes
+	hop    uint32 // the next-hop stage's answers (nexthop.Pass.Answers)
+	hopGen uint8  // the low byte of its generation (nexthop.Pass.Generation)
+	seed   uint64
+	now    flow.Tick
+	turn   uint32 // which of a full set's entries the next fill takes
 
 	// The hit ratio over a window of fastWindow batches; a window with
 	// fewer than one hit in fastMinRatio lookups puts the cache to
@@ -125,8 +140,9 @@ type fastCache struct {
 
 	hits, misses, naps atomic.Uint64 // packets looked up, and naps: for the metrics
 
-	// Of the batch running: each packet's slot (noSlot: not eligible),
-	// class and key as parsed (the pipeline changes the key's VNI).
+	// Of the batch running: each packet's two slots (slotsOf; noSlot:
+	// not eligible), class and key as parsed (the pipeline changes the
+	// key's VNI).
 	slot  [engine.MaxBatch]uint32
 	class [engine.MaxBatch]flow.StateClass
 	keys  [engine.MaxBatch]flow.Key
@@ -228,8 +244,9 @@ func (c *fastCache) judge(hits, looks int) {
 }
 
 // begin readies worker cache c for a batch of snapshot snap, source
-// prefixes set and next-hop generation hop at tick now.
-func (c *fastCache) begin(snap *flow.Snapshot, set *guard.Prefixes, hop uint32, now flow.Tick) {
+// prefixes set, next-hop answers hop and next-hop generation gen at tick
+// now.
+func (c *fastCache) begin(snap *flow.Snapshot, set *guard.Prefixes, hop, gen uint32, now flow.Tick) {
 	if snap != c.snap {
 		clear(c.e[:]) // hold no rule of an old snapshot
 		c.snap = snap
@@ -245,29 +262,40 @@ func (c *fastCache) begin(snap *flow.Snapshot, set *guard.Prefixes, hop uint32, 
 		clear(c.e[:])
 		c.epoch = 1
 	}
+	c.hopGen = uint8(gen)
 	c.now = now
 }
 
-// setOf places key k in a cache of seed seed: the index of the set's
-// first entry.
-func setOf(k *flow.Key, seed uint64) uint32 {
+// slotsOf places key k in a cache of seed seed: the index of its entry in
+// way 0 in the low half, that of its entry in way 1 in the high half.
+func slotsOf(k *flow.Key, seed uint64) uint32 {
 	const m1, m2, m3, m4 = 0x9e3779b97f4a7c15, 0xc2b2ae3d27d4eb4f, 0x165667b19e3779f9, 0xd6e8feb86659fd93
 	le := binary.LittleEndian
 	h := (le.Uint64(k.Src[0:])^seed)*m1 + le.Uint64(k.Src[8:])*m2 +
 		le.Uint64(k.Dst[0:])*m3 + le.Uint64(k.Dst[8:])*m4 +
 		(uint64(k.SrcPort)|uint64(k.DstPort)<<16|uint64(k.Proto)<<32|uint64(k.Family)<<40|uint64(k.VNI)<<48)*m1
 	h ^= h >> 29
-	return uint32((h*m2)>>(64-fastSetBits)) * fastWays
+	h *= m2
+	const mask = 1<<fastWayBits - 1
+	w0 := uint32(h >> (64 - fastWayBits))
+	w1 := 1<<fastWayBits | uint32(h>>(64-2*fastWayBits))&mask
+	return w0 | w1<<16
 }
 
-// find returns the entry of set s that holds key k in the cache's epoch,
-// or nil.
+// entries returns the entries of slots s (slotsOf).
+func (c *fastCache) entries(s uint32) (e0, e1 *fastEntry) {
+	return &c.e[s&0xffff], &c.e[s>>16]
+}
+
+// find returns the entry of slots s that holds key k in the cache's
+// epoch, or nil.
 func (c *fastCache) find(s uint32, k *flow.Key) *fastEntry {
-	if e := &c.e[s]; e.epoch == c.epoch && sameKey(&e.key, k) {
-		return e
+	e0, e1 := c.entries(s)
+	if e0.epoch == c.epoch && sameKey(&e0.key, k) {
+		return e0
 	}
-	if e := &c.e[s+1]; e.epoch == c.epoch && sameKey(&e.key, k) {
-		return e
+	if e1.epoch == c.epoch && sameKey(&e1.key, k) {
+		return e1
 	}
 	return nil
 }
@@ -281,10 +309,10 @@ func sameKey(a, b *flow.Key) bool {
 		a.VNI == b.VNI && a.SrcPort == b.SrcPort && a.DstPort == b.DstPort && a.Proto == b.Proto && a.Family == b.Family
 }
 
-// place returns the entry of set s to keep key k's decision in: the one
-// holding k, else one not valid in the epoch, else the two in turn.
+// place returns the entry of slots s to keep key k's decision in: the
+// one holding k, else one not valid in the epoch, else the two in turn.
 func (c *fastCache) place(s uint32, k *flow.Key) *fastEntry {
-	e0, e1 := &c.e[s], &c.e[s+1]
+	e0, e1 := c.entries(s)
 	switch {
 	case sameKey(&e0.key, k):
 		return e0
@@ -407,6 +435,7 @@ func (fp *fastPath) fill(c *fastCache, bal *balance.Pass, i, j int, p *engine.Pa
 	e.rule, e.backend = p.Rule, p.Backend
 	e.seen = bal.Seen(j)
 	e.out, e.class = p.OutPort, c.class[i]
+	e.touched = c.hopGen // the full pipeline's next-hop lookup just showed it
 	copy(e.outer[:12], d[:12])
 	copy(e.outer[12:], d[14:encap.OverheadIPv4])
 	e.inner = [12]byte(d[encap.OverheadIPv4:])
@@ -422,16 +451,18 @@ func (fp *fastPath) forget(b *engine.Batch) {
 	}
 	for _, p := range b.Packets() {
 		if eligible(p) {
-			c.drop(setOf(&p.Key, c.seed), &p.Key)
+			c.drop(slotsOf(&p.Key, c.seed), &p.Key)
 		}
 	}
 }
 
-// drop removes key k's decision from set s.
+// drop removes key k's decision from slots s.
 func (c *fastCache) drop(s uint32, k *flow.Key) {
-	for w := range uint32(fastWays) {
-		if e := &c.e[s+w]; sameKey(&e.key, k) {
-			e.epoch = 0
-		}
+	e0, e1 := c.entries(s)
+	if sameKey(&e0.key, k) {
+		e0.epoch = 0
+	}
+	if sameKey(&e1.key, k) {
+		e1.epoch = 0
 	}
 }

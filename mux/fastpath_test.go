@@ -100,8 +100,9 @@ func TestFastPathAgrees(t *testing.T) {
 	send(frames)                     // kept
 	h := hits()
 	send(frames)
-	// Nearly every one: two flows of the 300 may share a set with a third
-	// (the cache is two-way set-associative, seeded at random).
+	// Nearly every one: two flows of the 300 may share both their
+	// entries with others (the cache is two-way skewed-associative,
+	// seeded at random).
 	require.GreaterOrEqual(t, hits()-h, uint64(len(frames))*95/100, "the packets of established flows are hits")
 
 	tcp := func(p gopacket.Packet) *layers.TCP {

@@ -119,8 +119,9 @@ func (f *fused) Process(b *engine.Batch) {
 	if c != nil {
 		f.nh.Begin(b, &t.nh)
 		t.nhOn = true
-		if hop, ok := t.nh.Generation(); ok {
-			pkts = f.fastPass(b, c, hop, pkts, &t)
+		if hop, ok := t.nh.Answers(); ok {
+			gen, _ := t.nh.Generation()
+			pkts = f.fastPass(b, c, hop, gen, pkts, &t)
 		} else {
 			c = nil
 		}
@@ -160,12 +161,13 @@ func (f *fused) accounting(b *engine.Batch, t *tail) *balance.AccountPass {
 }
 
 // fastPass runs the fast path (see fastPath) over the batch's parsed
-// packets on worker cache c, whose next-hop generation is hop: it
+// packets on worker cache c, whose next-hop answers are hop and
+// generation gen: it
 // encapsulates and counts the hits and returns the misses, in batch
 // order, for the full pipeline (c.at holds their batch indices).
-func (f *fused) fastPass(b *engine.Batch, c *fastCache, hop uint32, pkts []*engine.Packet, t *tail) []*engine.Packet {
+func (f *fused) fastPass(b *engine.Batch, c *fastCache, hop, gen uint32, pkts []*engine.Packet, t *tail) []*engine.Packet {
 	fp := f.fast
-	c.begin(t.snap, t.src.Prefixes(), hop, f.bal.Now())
+	c.begin(t.snap, t.src.Prefixes(), hop, gen, f.bal.Now())
 	partial := f.partial != nil
 	var completed uint64
 	nm, hits, looks := 0, 0, 0
@@ -174,9 +176,10 @@ func (f *fused) fastPass(b *engine.Batch, c *fastCache, hop uint32, pkts []*engi
 	for i, p := range pkts {
 		c.slot[i] = noSlot
 		if eligible(p) {
-			s := setOf(&p.Key, c.seed)
+			s := slotsOf(&p.Key, c.seed)
 			c.slot[i] = s
-			prefetch.Lines4(unsafe.Pointer(&c.e[s]))
+			e0, e1 := c.entries(s)
+			prefetch.TwoPairs(unsafe.Pointer(e0), unsafe.Pointer(e1))
 		}
 	}
 	for i, p := range pkts {
@@ -190,6 +193,12 @@ func (f *fused) fastPass(b *engine.Batch, c *fastCache, hop uint32, pkts []*engi
 						completed++
 					}
 					f.accounting(b, t).Add(e.rule, e.backend, n)
+					if e.touched != c.hopGen {
+						// The first hit in this next-hop generation:
+						// show the resolver the next hop in use.
+						t.nh.Touch4([4]byte(e.outer[28:32]))
+						e.touched = c.hopGen
+					}
 					hits++
 					continue
 				}

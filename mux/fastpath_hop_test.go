@@ -1,0 +1,145 @@
+package mux
+
+import (
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/engine/nexthop"
+)
+
+// countingHops is a versioned next-hop source of one answer, at one
+// version, that counts the lookups of each destination: what a
+// nexthop.Resolver's idle sweep goes by.
+type countingHops struct {
+	mu      sync.Mutex
+	lookups map[netip.Addr]int
+}
+
+func (c *countingHops) Lookup(a netip.Addr) (nexthop.Hop, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lookups[a]++
+	return benchHop, true
+}
+
+func (c *countingHops) Version() uint64 { return 1 }
+
+func (c *countingHops) counts() map[netip.Addr]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := make(map[netip.Addr]int, len(c.lookups))
+	for a, n := range c.lookups {
+		m[a] = n
+	}
+	return m
+}
+
+// TestFastPathAcrossHopRefresh: the next-hop stage refreshes its cached
+// answers every 1024 batches of a worker (so that the resolver sees the
+// destinations in use) while the resolver's version holds. The fast
+// path's decisions outlive such a refresh — its established flows keep
+// hitting, none runs the full pipeline again — and the fast path shows
+// the resolver every next hop its hits use, once per refresh, as the
+// full pipeline's lookups would have: every destination is looked up
+// again in every refresh the flows span.
+func TestFastPathAcrossHopRefresh(t *testing.T) {
+	hops := &countingHops{lookups: map[netip.Addr]int{}}
+	now := int64(time.Hour)
+	ms, ctl := newTestMuxStages(t, benchDocument(t), muxConnTable(t, 1<<10),
+		muxStagesOpts{hops: hops, clock: func() int64 { return now }})
+	f, err := newFused(ms)
+	require.NoError(t, err)
+	r := newMuxRigSnapshot(t, false, ctl.Snapshot, f)
+	frames := benchTargets.Frames(benchFlows(16, muxAgreeMix, 5, false))
+	send := func() {
+		t.Helper()
+		r.port.Inject(frames...)
+		for r.port.Stats().Queued > 0 {
+			r.w.Poll()
+		}
+	}
+	send()
+	now += int64(2 * time.Second) // past ProveAfter
+	send()                        // proven
+	send()                        // the decisions are kept
+	h0, m0 := f.fast.Stats()
+	send()
+	h1, m1 := f.fast.Stats()
+	require.Equal(t, uint64(len(frames)), h1-h0, "every established flow's packet is a hit")
+	require.Equal(t, m0, m1, "every established flow's packet is a hit")
+	start := hops.counts()
+	require.NotEmpty(t, start)
+
+	const refreshes = 3
+	for range refreshes*1024 + 10 {
+		send()
+	}
+	h, m := f.fast.Stats()
+	require.Equal(t, m1, m, "no packet ran the full pipeline again across the next hop's refreshes")
+	require.Equal(t, h1+uint64(refreshes*1024+10)*uint64(len(frames)), h, "hits")
+	for a, n := range hops.counts() {
+		require.GreaterOrEqual(t, n-start[a], refreshes, "destination %v: looked up in fewer refreshes than the flows spanned", a)
+	}
+	s := r.stats()
+	require.Zero(t, s.Dropped(), "drops: %v", s.DropsByName())
+	require.Equal(t, uint64(refreshes*1024+14)*uint64(len(frames)), s.TX)
+}
+
+// TestFastPathKeepsThreeFlowsOfOneEntry: three established flows whose
+// keys share their entry in one way of the fast path's cache all stay
+// hits, each in its own entry of the other way (the cache is skewed:
+// slotsOf places a key in each way by a different hash). With both ways
+// placed by one hash, a set of two entries, the three evicted each other.
+func TestFastPathKeepsThreeFlowsOfOneEntry(t *testing.T) {
+	now := int64(time.Hour)
+	ms, ctl := newTestMuxStages(t, benchDocument(t), muxConnTable(t, 1<<10),
+		muxStagesOpts{clock: func() int64 { return now }})
+	f, err := newFused(ms)
+	require.NoError(t, err)
+	r := newMuxRigSnapshot(t, false, ctl.Snapshot, f)
+	send := func(frames [][]byte) {
+		t.Helper()
+		r.port.Inject(frames...)
+		for r.port.Stats().Queued > 0 {
+			r.w.Poll()
+		}
+	}
+	all := benchTargets.Frames(benchFlows(3000, muxAgreeMix, 9, false))
+	send(all[:1]) // makes the worker's cache, and its seed
+	c := f.fast.caches.Get(0)
+	require.NotNil(t, c)
+
+	// Three flows of one entry in way 0, from the cache's seed.
+	byEntry := map[uint32][][]byte{}
+	var three [][]byte
+	for _, fr := range all[1:] {
+		var p engine.Packet
+		p.SetBuffer(nil, 0, append([]byte(nil), fr...), 0, len(fr), 0)
+		if engine.ParsePacket(&p, 0) != 0 || !eligible(&p) {
+			continue
+		}
+		s0 := slotsOf(&p.Key, c.seed) & 0xffff
+		if byEntry[s0] = append(byEntry[s0], fr); len(byEntry[s0]) == 3 {
+			three = byEntry[s0]
+			break
+		}
+	}
+	require.Len(t, three, 3, "no three flows of 3,000 share an entry of way 0")
+
+	send(three)
+	now += int64(2 * time.Second) // past ProveAfter
+	send(three)                   // proven
+	send(three)                   // the decisions are kept
+	h0, m0 := f.fast.Stats()
+	for range 10 {
+		send(three)
+	}
+	h, m := f.fast.Stats()
+	require.Equal(t, m0, m, "the three flows ran the full pipeline again: they evict each other")
+	require.Equal(t, h0+30, h, "hits")
+}
