@@ -4,12 +4,6 @@ package prefetch
 
 import "unsafe"
 
-// Lines4 prefetches the four cache lines from p: p, p+64, p+128 and
-// p+192 (a 256-byte block, 64-byte aligned for four lines).
-//
-//go:noescape
-func Lines4(p unsafe.Pointer)
-
 // TwoPairs prefetches the two cache lines from a and the two from b
 // (two 128-byte blocks, each 64-byte aligned for two lines).
 //

@@ -7,17 +7,9 @@ import (
 	"unsafe"
 )
 
-// Lines4 brings the four cache lines from p in with loads (an atomic load
-// is one the compiler keeps). On amd64 and arm64 it is four prefetch
-// instructions.
-func Lines4(p unsafe.Pointer) {
-	for i := uintptr(0); i < 4; i++ {
-		(*atomic.Uint32)(unsafe.Add(p, i*64)).Load()
-	}
-}
-
 // TwoPairs brings the two cache lines from a and the two from b in with
-// loads. On amd64 and arm64 it is four prefetch instructions.
+// loads (an atomic load is one the compiler keeps). On amd64 and arm64 it
+// is four prefetch instructions.
 func TwoPairs(a, b unsafe.Pointer) {
 	(*atomic.Uint32)(a).Load()
 	(*atomic.Uint32)(unsafe.Add(a, 64)).Load()

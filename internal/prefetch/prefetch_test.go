@@ -5,15 +5,14 @@ import (
 	"unsafe"
 )
 
-// TestLines4 runs the prefetches over a block: a prefetch changes no memory and
+// TestPrefetch runs the prefetches over a block: a prefetch changes no memory and
 // does not fault on live memory.
-func TestLines4(t *testing.T) {
+func TestPrefetch(t *testing.T) {
 	buf := make([]byte, 4096)
 	for i := range buf {
 		buf[i] = byte(i)
 	}
 	for off := 0; off+256 <= len(buf); off += 64 {
-		Lines4(unsafe.Pointer(&buf[off]))
 		TwoPairs(unsafe.Pointer(&buf[off]), unsafe.Pointer(&buf[len(buf)-128-off]))
 		Three(unsafe.Pointer(&buf[off]), unsafe.Pointer(&buf[off+64]), unsafe.Pointer(&buf[off+128]))
 		Frame(unsafe.Pointer(&buf[off+64]))
