@@ -563,6 +563,10 @@ var muxOursNs = map[string]float64{}
 //	               x-faster is its ns/pkt over ours (the last impl=xdplb
 //	               run at the same flow count, in the same process)
 //
+// impl=xdplb also reports fast-miss-%: the share of the fast path's
+// lookups in the timed part that ran the full pipeline (fastPath; 0 when
+// its cache slept through them, as it does at 1M flows).
+//
 // At 1M flows a rig built after another one's tables were freed runs
 // 10–15% slower (its memory), and the peer's is always built after ours:
 // there x-faster favours ours. For the fair figure run each side in its
@@ -570,22 +574,37 @@ var muxOursNs = map[string]float64{}
 // …impl=gopacket$; benchmarks/README.md, session 16).
 func BenchmarkMuxPipeline(b *testing.B) {
 	doc := benchDocument(b)
+	var ours *fused // the last rig's, for its fast path's counters
 	impls := []struct {
 		name   string
 		stages func(tb testing.TB, flows int) []engine.Stage
 	}{
 		{"harness", func(testing.TB, int) []engine.Stage { return nil }},
-		{"xdplb", func(tb testing.TB, n int) []engine.Stage { return ourMuxStages(tb, doc, muxConnTable(tb, n)) }},
+		{"xdplb", func(tb testing.TB, n int) []engine.Stage {
+			s := ourMuxStages(tb, doc, muxConnTable(tb, n))
+			ours = s[0].(*fused)
+			return s
+		}},
 		{"gopacket", func(tb testing.TB, n int) []engine.Stage { return []engine.Stage{newMuxPeer(tb, doc, n)} }},
 	}
 	for _, sz := range muxBenchSizes {
 		for _, impl := range impls {
 			var r *muxRig
 			b.Run(fmt.Sprintf("flows=%s/impl=%s", sz.name, impl.name), func(b *testing.B) {
+				var h0, m0 uint64
+				built := r != nil && impl.name == "xdplb"
+				if built {
+					h0, m0 = ours.fast.Stats()
+				}
 				ns := benchMuxRig(b, &r, sz.flows, impl.stages)
 				switch impl.name {
 				case "xdplb":
 					muxOursNs[sz.name] = ns
+					if h1, m1 := ours.fast.Stats(); built && h1+m1 > h0+m0 {
+						b.ReportMetric(100*float64(m1-m0)/float64(h1+m1-h0-m0), "fast-miss-%")
+					} else if built {
+						b.ReportMetric(0, "fast-miss-%")
+					}
 				case "gopacket":
 					if o := muxOursNs[sz.name]; o > 0 {
 						b.ReportMetric(ns/o, "x-faster")
