@@ -65,7 +65,11 @@ type Packet struct {
 	L3Off     uint16
 	L4Off     uint16 // valid when Flags&FlagL4 != 0
 	L4Proto   uint8
-	Key       flow.Key // the flow key (VNI as given to Parse)
+	// TCPFlags is the TCP header's flags byte (header.TCPFlagFin …
+	// TCPFlagCwr) of a packet with FlagL4 and L4Proto TCP, as parsed;
+	// 0 otherwise. StateClass reads it.
+	TCPFlags uint8
+	Key      flow.Key // the flow key (VNI as given to Parse)
 
 	// Hash is the flow hash a stage computed (used e.g. as the VXLAN source
 	// port for ECMP entropy).
@@ -136,7 +140,7 @@ func (p *Packet) SetBuffer(owner Port, frame uint64, buf []byte, off, n int, inP
 	p.owner, p.frame, p.sent = owner, frame, false
 	p.InPort, p.OutPort = inPort, inPort
 	p.Verdict, p.Reason = VerdictTX, 0
-	p.Flags, p.EtherType, p.L3Off, p.L4Off, p.L4Proto = 0, 0, 0, 0, 0
+	p.Flags, p.EtherType, p.L3Off, p.L4Off, p.L4Proto, p.TCPFlags = 0, 0, 0, 0, 0, 0
 	p.Key = flow.Key{}
 	p.Hash, p.Rule, p.Backend = 0, nil, -1
 }
@@ -186,7 +190,7 @@ func (p *Packet) StateClass() flow.StateClass {
 	if p.L4Proto != flow.ProtoTCP || p.Flags&FlagL4 == 0 {
 		return flow.ClassUDP
 	}
-	f := header.TCP(p.L4()).Flags()
+	f := p.TCPFlags
 	switch {
 	case f&(header.TCPFlagFin|header.TCPFlagRst) != 0:
 		return flow.ClassClosing

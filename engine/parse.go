@@ -58,7 +58,7 @@ func parseGeneral(p *Packet, data []byte, vni uint32) DropReason {
 	}
 	p.EtherType = et
 	p.L3Off = uint16(l3)
-	p.Flags = 0
+	p.Flags, p.TCPFlags = 0, 0
 	switch et {
 	case header.EtherTypeIPv4:
 		return parseIPv4(p, data, l3, vni)
@@ -113,11 +113,14 @@ func parseCommon(p *Packet, data []byte, vni uint32) bool {
 		return false
 	}
 	seg := data[l4:end]
+	var tcpFlags uint8
 	switch proto {
 	case flow.ProtoTCP:
-		if t := header.TCP(seg); len(t) < header.TCPMinSize || t.DataOffset() < header.TCPMinSize || t.DataOffset() > len(t) {
+		t := header.TCP(seg)
+		if len(t) < header.TCPMinSize || t.DataOffset() < header.TCPMinSize || t.DataOffset() > len(t) {
 			return false
 		}
+		tcpFlags = t.Flags()
 	case flow.ProtoUDP:
 		if u := header.UDP(seg); len(u) < header.UDPSize || u.Length() < header.UDPSize || int(u.Length()) > len(u) {
 			return false
@@ -130,7 +133,7 @@ func parseCommon(p *Packet, data []byte, vni uint32) bool {
 	p.EtherType = et
 	p.L3Off, p.L4Off = l3, uint16(l4)
 	p.Flags = flags | FlagL4
-	p.L4Proto = proto
+	p.L4Proto, p.TCPFlags = proto, tcpFlags
 	if flags == FlagIPv4 {
 		p.Key.SetIPv4(vni, proto, src, dst, sport, dport)
 	} else {
@@ -215,6 +218,7 @@ func parseL4(p *Packet, seg []byte, proto uint8, off int) (sport, dport uint16, 
 			return 0, 0, DropBadL4
 		}
 		sport, dport = t.SrcPort(), t.DstPort()
+		p.TCPFlags = t.Flags()
 	case flow.ProtoUDP:
 		u := header.UDP(seg)
 		if p.Flags&FlagFragment != 0 {

@@ -60,6 +60,7 @@ func checkCommonAgrees(t *testing.T, frame []byte) bool {
 	a.SetBuffer(nil, 0, frame, 0, len(frame), 0)
 	b.SetBuffer(nil, 0, frame, 0, len(frame), 0)
 	a.Flags, b.Flags = 0xffff, 0xffff // what a reused packet may hold
+	a.TCPFlags, b.TCPFlags = 0xff, 0xff
 	if !parseCommon(&a, a.Data(), 5) {
 		return false
 	}
@@ -67,7 +68,7 @@ func checkCommonAgrees(t *testing.T, frame []byte) bool {
 		t.Fatalf("parseCommon took a frame the general parser drops (%v): % x", r, frame)
 	}
 	if a.Flags != b.Flags || a.EtherType != b.EtherType || a.L3Off != b.L3Off || a.L4Off != b.L4Off ||
-		a.L4Proto != b.L4Proto || a.Key != b.Key {
+		a.L4Proto != b.L4Proto || a.TCPFlags != b.TCPFlags || a.Key != b.Key {
 		t.Fatalf("parseCommon and the general parser differ on % x:\n%+v\n%+v", frame, a, b)
 	}
 	return true

@@ -29,6 +29,7 @@ type gpView struct {
 	l4             int // offset of the validated L4 header; -1 when there is none
 	l4End          int // where the IP datagram, and so the L4 segment, ends
 	sport, dport   uint16
+	tcpFlags       uint8 // FIN 0x01 … CWR 0x80, of a TCP segment
 }
 
 func gpReject(why string, reasons ...engine.DropReason) gpView {
@@ -233,6 +234,11 @@ func (v gpView) transport(b, seg []byte) gpView {
 		var tcp layers.TCP
 		if err = tcp.DecodeFromBytes(seg, &tr); err == nil {
 			v.sport, v.dport = uint16(tcp.SrcPort), uint16(tcp.DstPort)
+			for i, set := range []bool{tcp.FIN, tcp.SYN, tcp.RST, tcp.PSH, tcp.ACK, tcp.URG, tcp.ECE, tcp.CWR} {
+				if set {
+					v.tcpFlags |= 1 << i
+				}
+			}
 		}
 	case 17:
 		if v.frag && len(seg) >= 8 { // UDP-FIRST-FRAG
@@ -309,6 +315,8 @@ func checkGopacketOracle(t *testing.T, frame []byte, p *engine.Packet, r engine.
 		t.Fatalf("L4Proto %d, gopacket %d\n% x", p.L4Proto, g.proto, frame)
 	case g.l4 >= 0 && int(p.L4Off) != g.l4:
 		t.Fatalf("L4Off %d, gopacket %d\n% x", p.L4Off, g.l4, frame)
+	case p.TCPFlags != g.tcpFlags:
+		t.Fatalf("TCPFlags %#x, gopacket %#x\n% x", p.TCPFlags, g.tcpFlags, frame)
 	case g.l4 >= 0 && len(p.L4Segment()) != g.l4End-g.l4:
 		t.Fatalf("L4Segment %d bytes, gopacket's segment %d\n% x", len(p.L4Segment()), g.l4End-g.l4, frame)
 	}
