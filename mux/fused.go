@@ -187,7 +187,7 @@ func (f *fused) fastPass(b *engine.Batch, c *fastCache, hop, gen uint32, pkts []
 			looks++
 			cls := p.StateClass()
 			c.class[i] = cls
-			if e := c.find(s, &p.Key); e != nil && e.class == cls && c.now-e.seen <= fp.refresh[cls] && p.Data()[0]&1 == 0 {
+			if e := c.find(s, &p.Key); e != nil && e.class == cls && c.now-e.seen <= fp.refresh[cls] {
 				if n, done := fp.hit(e, p, partial); n > 0 {
 					if done {
 						completed++
