@@ -341,8 +341,9 @@ func eligible(p *engine.Packet) bool {
 // hit encapsulates p by entry e and returns the length of the client's IP
 // packet (the Account stage's count), or returns 0 and leaves p as it was
 // when p needs the full pipeline: it is addressed to an Ethernet group
-// address, its TTL expires, its tunnel exceeds the MTU, it lacks headroom. completed reports that it completed p's partial
-// checksum (when partial is set).
+// address, its TTL expires, its tunnel exceeds the MTU, it lacks
+// headroom. completed reports that it completed p's partial checksum
+// (when partial is set).
 func (fp *fastPath) hit(e *fastEntry, p *engine.Packet, partial bool) (n int, completed bool) {
 	data := p.Data()
 	if len(data) == 0 || data[0]&1 != 0 {
