@@ -555,6 +555,27 @@ func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
 		}
 		return err
 	}
+	if stop := m.adopt(ctx, doc, started); stop != nil {
+		// Shutdown began while this speaker started, and found none to
+		// stop: it announced nothing; stop it here (outside m.mu), or
+		// nothing would (a Mux embedded in a program that goes on leaves
+		// its listener and sessions behind). The version runs, as the
+		// controller applied it, without a speaker, as every version
+		// does once the Mux shuts down.
+		m.log.Info("mux: shutting down: stopping the BGP speaker the new version started")
+		if err := stop.Shutdown(context.Background()); err != nil {
+			m.log.Error("mux: BGP shutdown", "err", err)
+		}
+	}
+	return nil
+}
+
+// adopt records what applying doc changed, under m.mu: the hash seed,
+// the next hops to resolve, and the BGP speaker — the running one
+// reconfigured, or started, the speaker apply started, made the Mux's.
+// It returns started instead when shutdown began meanwhile (bgpDown), for
+// the caller to stop.
+func (m *Mux) adopt(ctx context.Context, doc *control.Document, started *bgp.Announcer) (stop *bgp.Announcer) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.seeded {
@@ -571,17 +592,7 @@ func (m *Mux) apply(ctx context.Context, doc *control.Document) error {
 		return nil
 	}
 	if m.bgpDown {
-		// Shutdown began while this speaker started, and found none to
-		// stop: it announced nothing; stop it here, or nothing would (a
-		// Mux embedded in a program that goes on leaves its listener and
-		// sessions behind). The version runs, as the controller applied
-		// it, without a speaker, as every version does once the Mux
-		// shuts down.
-		m.log.Info("mux: shutting down: stopping the BGP speaker the new version started")
-		if err := started.Shutdown(context.Background()); err != nil {
-			m.log.Error("mux: BGP shutdown", "err", err)
-		}
-		return nil
+		return started
 	}
 	m.announcer = started
 	if err := m.ctl.SetAnnouncer(started); err != nil {
