@@ -50,14 +50,17 @@ type PortAllocatorConfig struct {
 	// Interval is how often usage is read and claims made (default 1s);
 	// SetDIPs makes one at once.
 	Interval time.Duration
-	// Sweep is how often, on average, the allocator looks through every
-	// pool of the fleet for guards whose claim is gone and whose guard
-	// time nobody started — pools nobody claims from any more (its
+	// Sweep is how often, on average, the fleet's sweeper looks through
+	// every pool of the fleet for guards whose claim is gone and whose
+	// guard time nobody started — pools nobody claims from any more (its
 	// section or its holder's host removed from the document), where no
-	// claim would ever find them — and starts it (default 10m; a sweep
-	// reads every claim and guard key, without values: at 1,000 hosts of
-	// 10 DIPs ~20,000 keys, ~1 MB, and fleet-wide that grows with hosts²:
-	// benchmarks/README.md, BenchmarkAllocatorSweep).
+	// claim would ever find them — and starts it (default 10m). One
+	// allocator of the fleet sweeps, elected in etcd under its lease
+	// (ports.sweeper); another is elected when it stops or its lease is
+	// lost. A sweep reads every claim and guard key, without values: at
+	// 1,000 hosts of 10 DIPs ~20,000 keys, ~1 MB; with one sweeper that
+	// is one sweep per Sweep fleet-wide, whatever the number of hosts
+	// (benchmarks/README.md, BenchmarkAllocatorSweep).
 	Sweep time.Duration
 	// Usage returns the use of every outbound range the Host Agent
 	// translates with, and of every range it was given before that still
@@ -96,6 +99,10 @@ type PortAllocatorCounters struct {
 	// Swept counts those of Cooling that a sweep found (Sweep): guards
 	// left in a pool no claim needed a range of.
 	Swept uint64
+	// Sweeps are the sweeps made; Sweeper says whether this allocator is
+	// the fleet's sweeper now (only the sweeper sweeps).
+	Sweeps  uint64
+	Sweeper bool
 }
 
 // rangeID names one range: its VIP and first port.
@@ -153,7 +160,8 @@ type PortAllocator struct {
 	coolingSeen map[rangeID]int64
 
 	claims, reclaims, returns, conflicts, exhaustedN, cooling, swept atomic.Uint64
-	sweeps                                                           atomic.Uint64 // sweeps made (for tests)
+	sweeps                                                           atomic.Uint64
+	leader                                                           atomic.Pointer[leadership] // nil: not the sweeper
 }
 
 // NewPortAllocator returns a PortAllocator; nothing is claimed until Run.
@@ -234,7 +242,8 @@ func (a *PortAllocator) Allocations() []flow.PortAllocation {
 // Counters returns what the allocator has done so far.
 func (a *PortAllocator) Counters() PortAllocatorCounters {
 	return PortAllocatorCounters{Claims: a.claims.Load(), Reclaims: a.reclaims.Load(), Returns: a.returns.Load(),
-		Conflicts: a.conflicts.Load(), Exhausted: a.exhaustedN.Load(), Cooling: a.cooling.Load(), Swept: a.swept.Load()}
+		Conflicts: a.conflicts.Load(), Exhausted: a.exhaustedN.Load(), Cooling: a.cooling.Load(), Swept: a.swept.Load(),
+		Sweeps: a.sweeps.Load(), Sweeper: a.Sweeper()}
 }
 
 // Run claims and returns ranges until ctx is done. While etcd is
@@ -242,7 +251,9 @@ func (a *PortAllocator) Counters() PortAllocatorCounters {
 // path keeps translating) and retries; a lease lost meanwhile is replaced
 // and this host's ranges taken back under the new one. Stopping does not
 // revoke the lease: the claims live one TTL more, so that a Host Agent
-// restarting within it keeps its ranges without the Muxes seeing a gap.
+// restarting within it keeps its ranges without the Muxes seeing a gap;
+// it withdraws from the sweeper election (campaign), so that another
+// allocator sweeps. Run returns once every goroutine it started is done.
 func (a *PortAllocator) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		sess, err := concurrency.NewSession(a.cfg.Client, concurrency.WithTTL(int((a.cfg.TTL+time.Second-1)/time.Second)),
@@ -269,6 +280,13 @@ func (a *PortAllocator) run(ctx context.Context, sess *concurrency.Session) {
 	defer tick.Stop()
 	sweep := time.NewTimer(a.sweepDelay())
 	defer sweep.Stop()
+	// The sweeper election, under this lease; ended (and waited for) with
+	// this run.
+	cctx, cancel := context.WithCancel(sess.Ctx())
+	var wg sync.WaitGroup
+	wg.Go(func() { a.campaign(cctx, ctx, sess) })
+	defer wg.Wait()
+	defer cancel()
 	for {
 		if leaseLost(ctx, sess, a.cfg.Logger, "allocation") {
 			return
@@ -387,7 +405,7 @@ func (a *PortAllocator) step(ctx context.Context, lease clientv3.LeaseID) error 
 		return err
 	}
 	if a.sweepDue {
-		if err := a.sweep(ctx, want); err != nil {
+		if err := a.sweepAsSweeper(ctx, want); err != nil {
 			return err
 		}
 		a.sweepDue = false
@@ -667,8 +685,9 @@ func (a *PortAllocator) claim(ctx context.Context, lease clientv3.LeaseID, d Out
 // guard is put again under one new lease of Guard's length, which nobody
 // keeps alive; etcd deletes the guards when it expires, and the ranges
 // are free. A guard changed meanwhile (its holder took it back) or with
-// a claim in its ports is left. swept says a sweep found them.
-func (a *PortAllocator) cool(ctx context.Context, vip netip.Addr, st vipState, firsts []uint16, swept bool) error {
+// a claim in its ports is left, and all are when cond, the sweeper's
+// election, does not hold. swept says a sweep found them.
+func (a *PortAllocator) cool(ctx context.Context, vip netip.Addr, st vipState, firsts []uint16, swept bool, cond ...clientv3.Cmp) error {
 	ttl := int64(math.Ceil(a.Guard().Seconds()))
 	g, err := a.cfg.Client.Grant(ctx, ttl)
 	if err != nil {
@@ -680,9 +699,9 @@ func (a *PortAllocator) cool(ctx context.Context, vip netip.Addr, st vipState, f
 		old := st.guards[first]
 		b, _ := json.Marshal(old.PortClaim)
 		key := a.k.portGuard(vip, first)
-		resp, err := a.cfg.Client.Txn(ctx).If(
+		resp, err := a.cfg.Client.Txn(ctx).If(append([]clientv3.Cmp{
 			clientv3.Compare(clientv3.ModRevision(key), "=", old.mod),
-			noKeys(cp, first, old.Last),
+			noKeys(cp, first, old.Last)}, cond...)...,
 		).Then(clientv3.OpPut(key, string(b), clientv3.WithLease(g.ID))).Commit()
 		if err != nil {
 			return err

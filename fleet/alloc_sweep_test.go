@@ -110,10 +110,13 @@ func TestAllocatorSweepKeepsLiveGuards(t *testing.T) {
 		run func(t *testing.T, e *etcd) (held []uint16, b *PortAllocator)
 	}{
 		{"another host's live claims", func(t *testing.T, e *etcd) ([]uint16, *PortAllocator) {
+			// host-b first: the first allocator is elected the sweeper.
+			b := runHost(t, e, "host-b", PortAllocatorConfig{Sweep: 20 * time.Millisecond}, outDIP(2, 2, 8))
+			eventually(t, "host-b the sweeper", b.a.Sweeper)
 			a := runHost(t, e, "host-a", PortAllocatorConfig{MinRanges: 2}, outDIP(1, 1, 8))
 			eventually(t, "host-a's ranges", func() bool { return len(a.nat.held()) == 2 })
-			b := runHost(t, e, "host-b", PortAllocatorConfig{Sweep: 20 * time.Millisecond}, outDIP(2, 2, 8))
-			eventually(t, "ten sweeps", func() bool { return b.a.sweeps.Load() >= 10 })
+			s := b.a.sweeps.Load()
+			eventually(t, "ten sweeps", func() bool { return b.a.sweeps.Load() >= s+10 })
 			return firsts(a.nat.held()), b.a
 		}},
 		{"the holder takes its range back during the sweep", func(t *testing.T, e *etcd) ([]uint16, *PortAllocator) {

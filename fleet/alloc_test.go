@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -517,8 +518,9 @@ outbound:
 }
 
 // hookKV is etcd's KV that runs hook before every transaction that
-// writes, as if another host's transaction had landed between this one's
-// read and its write.
+// writes a claim or a guard, as if another host's transaction had landed
+// between this one's read and its write (the sweeper election's writes
+// are not hooked).
 type hookKV struct {
 	clientv3.KV
 	hook func()
@@ -526,7 +528,9 @@ type hookKV struct {
 
 func (h *hookKV) Txn(ctx context.Context) clientv3.Txn {
 	return txnHook{KV: h.KV, commit: func(txn clientv3.Txn, then []clientv3.Op) (*clientv3.TxnResponse, error) {
-		if slices.ContainsFunc(then, clientv3.Op.IsPut) {
+		if slices.ContainsFunc(then, func(op clientv3.Op) bool {
+			return op.IsPut() && bytes.HasPrefix(op.KeyBytes(), []byte(newKeys("").ports()))
+		}) {
 			h.hook()
 		}
 		return txn.Commit()

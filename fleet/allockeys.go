@@ -19,16 +19,21 @@ import (
 //	ports/guards/<vip>/<first>  PortClaim: who held it last; no lease while the claim lives,
 //	                            a cooling lease of PortAllocator.Guard's length once a
 //	                            claimer has seen the claim gone
+//	ports.sweeper/<lease>       the sweeper election (concurrency.Election): a
+//	                            PortAllocator's host name under its lease; the
+//	                            first created is the fleet's one sweeper
 //
 // <first> is the range's first port in five digits, so that a VIP's keys
 // sort by port and a range of ports is a range of keys (what the
-// create-only compare of a claim covers).
+// create-only compare of a claim covers). The election is not under
+// ports/, which the Muxes watch.
 func (k keys) ports() string                      { return k.prefix + "ports/" }
 func (k keys) portClaims() string                 { return k.ports() + "claims/" }
 func (k keys) portGuards() string                 { return k.ports() + "guards/" }
 func (k keys) portClaimsOf(vip netip.Addr) string { return k.portClaims() + vip.String() + "/" }
 func (k keys) portGuardsOf(vip netip.Addr) string { return k.portGuards() + vip.String() + "/" }
 func portKey(vipPrefix string, port int) string   { return fmt.Sprintf("%s%05d", vipPrefix, port) }
+func (k keys) portSweeper() string                { return k.prefix + "ports.sweeper" } // the election's prefix, less its '/'
 func (k keys) portClaim(vip netip.Addr, first uint16) string {
 	return portKey(k.portClaimsOf(vip), int(first))
 }
