@@ -47,6 +47,7 @@
 //	health/<host>/<vni>/<dip>/<port> JSON health.Verdict, under the host's lease (HealthPublisher)
 //	ports/claims/<vip>/<first> JSON PortClaim, under the holder's lease (PortAllocator)
 //	ports/guards/<vip>/<first> JSON PortClaim, no lease; a cooling lease once the claim is gone
+//	ports.sweeper/<lease> a PortAllocator's host name, under its lease: the sweeper election (the first created sweeps)
 //
 // The sync delay a node reports is its apply time minus committed_at,
 // which the writer's clock records: the writer's and the node's clocks
@@ -140,11 +141,19 @@
 // removed from the document, or its dead host removed while the pool's
 // other DIPs hold what they need — would wait for such a claimer
 // forever: the Muxes would keep its range as the dead host's, and a pool
-// added back would find it guarded. So every PortAllocator also sweeps
-// the fleet's guards now and then (Sweep, 10 minutes on average) and
-// starts the guard time of those whose claim is gone and that no one
-// cools yet, as a claimer would (counted in Swept), on the same
-// conditions: the guard as it read it, no claim in its ports. A sweep
+// added back would find it guarded. So the fleet's sweeper, one
+// PortAllocator, sweeps the fleet's guards now and then (Sweep, 10
+// minutes on average) and starts the guard time of those whose claim is
+// gone and that no one cools yet, as a claimer would (counted in Swept),
+// on the same conditions: the guard as it read it, no claim in its
+// ports. The sweeper is elected in etcd (a concurrency.Election under
+// ports.sweeper, every allocator a candidate under its own lease):
+// when it stops or its lease is lost, another is elected and sweeps.
+// A sweep reads every claim and guard key of the fleet, so one sweeper,
+// not every Host Agent, keeps the fleet's cost at one sweep per Sweep
+// however many hosts there are; its reads and writes compare its
+// election key, so an allocator that lost its lease sweeps no more even
+// before it knows (Counters says which allocator sweeps). A sweep
 // starts no guard time sooner than a claimer could, so it hands no port
 // to another DIP sooner; a Host Agent away for longer than a sweep and a
 // guard time may find its ranges gone even in a pool with room, and
