@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -67,7 +68,14 @@ func (a *PortAllocator) campaign(ctx, stopping context.Context, sess *concurrenc
 	e := concurrency.NewElection(es, a.k.portSweeper())
 	for ctx.Err() == nil {
 		if err := e.Campaign(ctx, a.cfg.Host); err != nil {
-			if ctx.Err() == nil {
+			switch {
+			case ctx.Err() != nil:
+			case errors.Is(err, rpctypes.ErrLeaseNotFound):
+				// The lease is gone: the session's next keep-alive says
+				// so and ends this run; a new lease campaigns again.
+				a.cfg.Logger.Warn("fleet: sweeper election: the allocation lease is gone", "err", err)
+				<-ctx.Done()
+			default:
 				a.cfg.Logger.Warn("fleet: sweeper election", "err", err)
 				sleep(ctx, time.Second)
 			}
