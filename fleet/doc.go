@@ -151,8 +151,8 @@
 // when it stops or its lease is lost, another is elected and sweeps.
 // A sweep reads every claim and guard key of the fleet, so one sweeper,
 // not every Host Agent, keeps the fleet's cost at one sweep per Sweep
-// however many hosts there are; its reads and writes compare its
-// election key, so an allocator that lost its lease sweeps no more even
+// however many hosts there are; its read of the keys and its writes
+// compare its election key, so an allocator that lost its lease sweeps no more even
 // before it knows (Counters says which allocator sweeps). A sweep
 // starts no guard time sooner than a claimer could, so it hands no port
 // to another DIP sooner; a Host Agent away for longer than a sweep and a
