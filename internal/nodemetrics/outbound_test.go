@@ -44,7 +44,8 @@ func gather(t *testing.T, cs ...prometheus.Collector) map[string]float64 {
 }
 
 func TestOutboundMetrics(t *testing.T) {
-	allocs := fleet.PortAllocatorCounters{Claims: 3, Reclaims: 1, Returns: 2, Conflicts: 4, Exhausted: 5, Cooling: 6, Swept: 7}
+	allocs := fleet.PortAllocatorCounters{Claims: 3, Reclaims: 1, Returns: 2, Conflicts: 4, Exhausted: 5, Cooling: 6, Swept: 7,
+		Sweeps: 8, Sweeper: true}
 	have := false
 	got := gather(t, outboundCollector{nat.SNATStats{Out: 10, In: 9, Local: 8, Passed: 7, Exhausted: 6, NoState: 5, Refused: 4,
 		Created: 3, Reused: 2, Closed: 1, Expired: 11, Entries: 12, ICMP: 13}},
@@ -66,5 +67,9 @@ func TestOutboundMetrics(t *testing.T) {
 		"xdplb_outbound_ranges_total{returned}": 2, "xdplb_outbound_ranges_total{conflict}": 4,
 		"xdplb_outbound_ranges_total{exhausted}": 5, "xdplb_outbound_ranges_total{cooling}": 6,
 		"xdplb_outbound_ranges_total{swept}": 7,
+		"xdplb_outbound_sweeps_total": 8, "xdplb_outbound_sweeper": 1,
 	}, got)
+	allocs.Sweeper = false
+	got = gather(t, OutboundRanges(func() (fleet.PortAllocatorCounters, bool) { return allocs, have }))
+	assert.Equal(t, 0.0, got["xdplb_outbound_sweeper"], "not the sweeper")
 }
