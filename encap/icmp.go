@@ -163,8 +163,9 @@ func packetTooBig(p *engine.Packet, l3, l3len, mtu int) {
 }
 
 // turnAround sets p's metadata for the ICMP error it now holds: sent back
-// out of the port it came in on, no balancing decision, parse offsets
-// describing the new frame.
+// out of the port it came in on, no balancing decision, the parser's
+// fields (flags, offsets, protocol, no TCP flags) describing the new
+// frame.
 func turnAround(p *engine.Packet, l3 int, family uint16, proto uint8, iphdr int) {
 	p.OutPort = p.InPort
 	p.Rule = nil
@@ -174,4 +175,5 @@ func turnAround(p *engine.Packet, l3 int, family uint16, proto uint8, iphdr int)
 	p.L3Off = uint16(l3)
 	p.L4Off = uint16(l3 + iphdr)
 	p.L4Proto = proto
+	p.TCPFlags = 0 // the error is ICMP, whatever the packet it quotes was
 }

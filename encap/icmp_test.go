@@ -138,10 +138,18 @@ func TestICMPTooBigGolden(t *testing.T) {
 				assert.Equal(t, vip6.AsSlice(), []byte(qip.DstIP))
 			}
 
-			// The metadata describes the new frame.
+			// The metadata describes the new frame: every field the
+			// parser sets is what parsing the error sets (TCPFlags 0:
+			// the error is not TCP, whatever the packet it quotes was).
 			var k = p.Key
+			flags, l3Off, l4Off, proto, tcpFlags := p.Flags, p.L3Off, p.L4Off, p.L4Proto, p.TCPFlags
 			require.Zero(t, engine.ParsePacket(p, 0))
 			assert.Equal(t, k, p.Key)
+			assert.Equal(t, p.Flags, flags, "Flags")
+			assert.Equal(t, p.L3Off, l3Off, "L3Off")
+			assert.Equal(t, p.L4Off, l4Off, "L4Off")
+			assert.Equal(t, p.L4Proto, proto, "L4Proto")
+			assert.Equal(t, p.TCPFlags, tcpFlags, "TCPFlags")
 			assert.Equal(t, tc.orig.dst, p.Key.SrcAddr())
 		})
 	}
