@@ -498,7 +498,7 @@ var parseDropReasons = []engine.DropReason{
 func requireSameParse(t *testing.T, a, b *engine.Packet) {
 	t.Helper()
 	if a.Flags != b.Flags || a.EtherType != b.EtherType || a.L3Off != b.L3Off || a.L4Proto != b.L4Proto || a.Key != b.Key ||
-		(a.Flags&fL4 != 0 && a.L4Off != b.L4Off) {
+		a.TCPFlags != b.TCPFlags || (a.Flags&fL4 != 0 && a.L4Off != b.L4Off) {
 		t.Fatalf("same frame, different parse:\n%+v\n%+v", a, b)
 	}
 }
