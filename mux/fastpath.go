@@ -67,8 +67,9 @@ import (
 // share one entry rarely share the other (with one set of two entries
 // for both ways, such flows kept evicting each other: 1.4% of the packets
 // at 1,000 flows). The two entries of a batch's packets are prefetched
-// before any is looked up, so that their cache misses overlap. A batch without a worker index (made by hand)
-// does not use it. A worker whose packets rarely hit naps (see awake).
+// before any is looked up, so that their cache misses overlap. A batch
+// without a worker index (made by hand) does not use it. A worker whose
+// packets rarely hit naps (see awake).
 type fastPath struct {
 	caches   engine.PerWorker[fastCache]
 	ct       *flow.ConnTable
@@ -129,7 +130,7 @@ type fastCache struct {
 	hopGen uint8  // the low byte of its generation (nexthop.Pass.Generation)
 	seed   uint64
 	now    flow.Tick
-	turn   uint32 // which of a full set's entries the next fill takes
+	turn   uint32 // which of a key's two entries, both taken, the next fill takes
 
 	// The hit ratio over a window of fastWindow batches; a window with
 	// fewer than one hit in fastMinRatio lookups puts the cache to

@@ -65,10 +65,11 @@ func (m *muxStages) stages() []engine.Stage {
 // of established flows whose whole decision its worker keeps, and only
 // the rest run the passes; they fill the cache. The next-hop stage's
 // pass then begins before the first packet reaches it (the fast path
-// needs its generation): its worker's count of batches towards the
-// periodic refresh of its answers counts every batch the fast path runs,
-// which changes when it asks its Source again, not what it writes (a
-// VersionedSource's answers change only with its version).
+// needs its answers and generation, and Touch4s its hits' next hops):
+// its worker's count of batches towards the periodic refresh of its
+// answers counts every batch the fast path runs, which changes when it
+// asks its Source again, not what it writes (a VersionedSource's answers
+// change only with its version).
 //
 // TestFusedAgrees, TestFastPathAgrees and FuzzFused run the same frames
 // through both and compare every output byte and every counter.

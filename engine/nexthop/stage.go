@@ -265,11 +265,13 @@ func (s *Stage) Begin(b *engine.Batch, ps *Pass) {
 // Generation identifies the answers the pass writes: within one
 // generation of a worker (ok: a batch with a worker index, whose answers
 // are cached), Packet writes the same addresses and port for a
-// destination every time. A caller that keeps what Packet wrote (the
-// Mux's fast path) keeps it while the generation holds. A new generation
-// starts when the resolver's version changes, every hopCacheRefresh
-// batches (so that destinations in use are looked up now and then), and,
-// with a Source that is not a VersionedSource, every batch.
+// destination every time. A new generation starts when the resolver's
+// version changes, every hopCacheRefresh batches (so that destinations
+// in use are looked up now and then), and, with a Source that is not a
+// VersionedSource, every batch. A caller that keeps what Packet wrote
+// (the Mux's fast path) keeps it while Answers holds, across
+// generations, and Touch4s each destination it keeps using once per
+// generation.
 func (ps *Pass) Generation() (gen uint32, ok bool) { return ps.gen, ps.e != nil }
 
 // Answers identifies the answers themselves, where Generation identifies
