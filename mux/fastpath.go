@@ -132,12 +132,12 @@ type fastCache struct {
 	now    flow.Tick
 	turn   uint32 // which of a key's two entries, both taken, the next fill takes
 
-	// The hit ratio over a window of fastWindow batches; a window with
+	// The hit ratio over a window of fastWindow lookups; a window with
 	// fewer than one hit in fastMinRatio lookups puts the cache to
 	// sleep for nap batches (doubled after each such window, up to
 	// fastMaxNap, and back to fastMinNap after a good one).
-	window, winHits, winLooks uint32
-	sleep, nap                uint32
+	winHits, winLooks uint32
+	sleep, nap        uint32
 
 	hits, misses, naps atomic.Uint64 // packets looked up, and naps: for the metrics
 
@@ -195,14 +195,20 @@ func (fp *fastPath) stats() (s fastStats) {
 // The fast path's sleep: a worker whose flows are too many, or too
 // evenly spread, for its cache (a million flows sending in turn) pays
 // for the lookups and fills of packets that never hit. Over each window
-// of fastWindow batches the worker counts its hits; with fewer than one
-// in fastMinRatio of its lookups it runs the full pipeline alone for a
-// nap of fastMinNap batches, doubled after every poor window up to
-// fastMaxNap (at 64 packets a batch and 3 Mpps, 0.35 s), then tries
-// again. Waking starts a new epoch: the full pipeline did not keep the
-// cache current while it slept.
+// of fastWindow lookups (64 full batches) the worker counts its hits;
+// with fewer than one in fastMinRatio of its lookups it runs the full
+// pipeline alone for a nap of fastMinNap batches, doubled after every
+// poor window up to fastMaxNap (at 64 packets a batch and 3 Mpps,
+// 0.35 s), then tries again. Waking starts a new epoch: the full
+// pipeline did not keep the cache current while it slept, so the
+// window after a nap begins with a miss for every flow, which fills
+// the cache. The window is counted in lookups, not batches, so that
+// small batches (a moderate packet rate) judge as many packets: a
+// window of 64 batches of 16 was one pass over 1,000 flows, all of
+// them such misses, and the cache napped on and on
+// (TestFastPathSmallBatches).
 const (
-	fastWindow   = 64
+	fastWindow   = 4096
 	fastMinRatio = 8
 	fastMinNap   = 256
 	fastMaxNap   = 16384
@@ -217,7 +223,7 @@ func (c *fastCache) awake() bool {
 	c.sleep--
 	if c.sleep == 0 {
 		c.epoch++ // the decisions kept before the nap are stale (begin handles a wrap)
-		c.window, c.winHits, c.winLooks = 0, 0, 0
+		c.winHits, c.winLooks = 0, 0
 	}
 	return false
 }
@@ -227,7 +233,7 @@ func (c *fastCache) awake() bool {
 func (c *fastCache) judge(hits, looks int) {
 	c.winHits += uint32(hits)
 	c.winLooks += uint32(looks)
-	if c.window++; c.window < fastWindow {
+	if c.winLooks < fastWindow {
 		return
 	}
 	if c.winHits*fastMinRatio < c.winLooks {
@@ -241,7 +247,7 @@ func (c *fastCache) judge(hits, looks int) {
 	} else {
 		c.nap = 0
 	}
-	c.window, c.winHits, c.winLooks = 0, 0, 0
+	c.winHits, c.winLooks = 0, 0
 }
 
 // begin readies worker cache c for a batch of snapshot snap, source

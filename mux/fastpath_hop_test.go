@@ -158,3 +158,42 @@ func TestFastPathKeepsThreeFlowsOfOneEntry(t *testing.T) {
 	require.Equal(t, m0, m, "the three flows ran the full pipeline again: they evict each other")
 	require.Equal(t, h0+30, h, "hits")
 }
+
+// TestFastPathSmallBatches: a worker whose batches are small (16
+// packets: a moderate packet rate) keeps 1,000 established flows in its
+// fast path, as it does with full batches. The fast path judges its hit
+// ratio over a window of lookups: over a window of batches (64), a
+// window of small batches was a single pass over the flows, all of them
+// misses just after a nap (the cache starts empty), so the cache napped
+// again and again and never served them.
+func TestFastPathSmallBatches(t *testing.T) {
+	now := int64(time.Hour)
+	ms, ctl := newTestMuxStages(t, benchDocument(t), muxConnTable(t, 1<<11),
+		muxStagesOpts{clock: func() int64 { return now }})
+	f, err := newFused(ms)
+	require.NoError(t, err)
+	r := newMuxRigSnapshot(t, false, ctl.Snapshot, f)
+	frames := benchTargets.Frames(benchFlows(1000, muxAgreeMix, 3, false))
+	const batch = 16
+	pass := func() {
+		t.Helper()
+		for i := 0; i < len(frames); i += batch {
+			r.port.Inject(frames[i:min(i+batch, len(frames))]...)
+			for r.port.Stats().Queued > 0 {
+				r.w.Poll()
+			}
+		}
+	}
+	pass()
+	now += int64(2 * time.Second) // past ProveAfter
+	for range 30 {
+		pass()
+	}
+	h0, m0 := f.fast.Stats()
+	pass()
+	h, m := f.fast.Stats()
+	require.GreaterOrEqual(t, h-h0, uint64(len(frames))*95/100,
+		"hits in a pass over established flows in batches of %d (misses %d)", batch, m-m0)
+	s := r.stats()
+	require.Zero(t, s.Dropped(), "drops: %v", s.DropsByName())
+}

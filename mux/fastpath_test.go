@@ -242,7 +242,8 @@ func TestFastPathNaps(t *testing.T) {
 		}
 	}
 	looks := func() uint64 { h, m := fp.f.fast.Stats(); return h + m }
-	send(&many, fastWindow) // new flows: no hits, a nap
+	const window = fastWindow / engine.MaxBatch // a window's full batches (every packet is looked up)
+	send(&many, window)                         // new flows: no hits, a nap
 	require.Equal(t, uint32(fastMinNap), c.sleep, "no nap after a window without hits")
 	send(&many, len(many)/engine.MaxBatch+1)
 	fp.now += int64(2 * time.Second) // every flow proven from now on
@@ -259,11 +260,19 @@ func TestFastPathNaps(t *testing.T) {
 	n := looks()
 	send(&many, int(c.sleep))
 	require.Equal(t, n, looks(), "lookups during a nap")
-	send(&many, fastWindow) // a poor window: a longer nap
+	// A poor window (of lookups: the batches at the list's end are not
+	// full): a longer nap.
+	for i := 0; c.sleep == 0; i++ {
+		require.Less(t, i, 2*window, "no nap after a poor window")
+		send(&many, 1)
+	}
 	require.Equal(t, min(2*nap, fastMaxNap), c.nap)
 
-	send(&few, int(c.sleep)+fastWindow) // the nap, then a good window
-	require.Zero(t, c.nap, "still napping")
+	send(&few, int(c.sleep))      // the nap
+	for i := 0; c.nap != 0; i++ { // then a good window
+		require.Less(t, i, 2*window, "still napping")
+		send(&few, 1)
+	}
 	h, _ := fp.f.fast.Stats()
 	send(&few, 10)
 	h2, _ := fp.f.fast.Stats()
