@@ -40,6 +40,37 @@ func (c *countingHops) counts() map[netip.Addr]int {
 	return m
 }
 
+// fastRig is the fused stage with its fast path on one worker over a
+// MemPort, whose clock the test drives (now, in nanoseconds).
+type fastRig struct {
+	f   *fused
+	r   *muxRig
+	now int64
+}
+
+// newFastRig builds a fastRig over the benchmark's document with a
+// connection table of capacity conns, answered by hops (nil: the fixed
+// next hop).
+func newFastRig(t *testing.T, hops nexthop.Source, conns int) *fastRig {
+	fr := &fastRig{now: int64(time.Hour)}
+	ms, ctl := newTestMuxStages(t, benchDocument(t), muxConnTable(t, conns),
+		muxStagesOpts{hops: hops, clock: func() int64 { return fr.now }})
+	f, err := newFused(ms)
+	require.NoError(t, err)
+	fr.f, fr.r = f, newMuxRigSnapshot(t, false, ctl.Snapshot, f)
+	return fr
+}
+
+// send runs frames through the rig in batches of at most batch.
+func (fr *fastRig) send(frames [][]byte, batch int) {
+	for i := 0; i < len(frames); i += batch {
+		fr.r.port.Inject(frames[i:min(i+batch, len(frames))]...)
+		for fr.r.port.Stats().Queued > 0 {
+			fr.r.w.Poll()
+		}
+	}
+}
+
 // TestFastPathAcrossHopRefresh: the next-hop stage refreshes its cached
 // answers every 1024 batches of a worker (so that the resolver sees the
 // destinations in use) while the resolver's version holds. The fast
@@ -50,24 +81,14 @@ func (c *countingHops) counts() map[netip.Addr]int {
 // again in every refresh the flows span.
 func TestFastPathAcrossHopRefresh(t *testing.T) {
 	hops := &countingHops{lookups: map[netip.Addr]int{}}
-	now := int64(time.Hour)
-	ms, ctl := newTestMuxStages(t, benchDocument(t), muxConnTable(t, 1<<10),
-		muxStagesOpts{hops: hops, clock: func() int64 { return now }})
-	f, err := newFused(ms)
-	require.NoError(t, err)
-	r := newMuxRigSnapshot(t, false, ctl.Snapshot, f)
+	fr := newFastRig(t, hops, 1<<10)
+	f, r := fr.f, fr.r
 	frames := benchTargets.Frames(benchFlows(16, muxAgreeMix, 5, false))
-	send := func() {
-		t.Helper()
-		r.port.Inject(frames...)
-		for r.port.Stats().Queued > 0 {
-			r.w.Poll()
-		}
-	}
+	send := func() { fr.send(frames, engine.MaxBatch) }
 	send()
-	now += int64(2 * time.Second) // past ProveAfter
-	send()                        // proven
-	send()                        // the decisions are kept
+	fr.now += int64(2 * time.Second) // past ProveAfter
+	send()                           // proven
+	send()                           // the decisions are kept
 	h0, m0 := f.fast.Stats()
 	send()
 	h1, m1 := f.fast.Stats()
@@ -97,19 +118,9 @@ func TestFastPathAcrossHopRefresh(t *testing.T) {
 // slotsOf places a key in each way by a different hash). With both ways
 // placed by one hash, a set of two entries, the three evicted each other.
 func TestFastPathKeepsThreeFlowsOfOneEntry(t *testing.T) {
-	now := int64(time.Hour)
-	ms, ctl := newTestMuxStages(t, benchDocument(t), muxConnTable(t, 1<<10),
-		muxStagesOpts{clock: func() int64 { return now }})
-	f, err := newFused(ms)
-	require.NoError(t, err)
-	r := newMuxRigSnapshot(t, false, ctl.Snapshot, f)
-	send := func(frames [][]byte) {
-		t.Helper()
-		r.port.Inject(frames...)
-		for r.port.Stats().Queued > 0 {
-			r.w.Poll()
-		}
-	}
+	fr := newFastRig(t, nil, 1<<10)
+	f := fr.f
+	send := func(frames [][]byte) { fr.send(frames, engine.MaxBatch) }
 	all := benchTargets.Frames(benchFlows(3000, muxAgreeMix, 9, false))
 	send(all[:1]) // makes the worker's cache, and its seed
 	c := f.fast.caches.Get(0)
@@ -147,9 +158,9 @@ func TestFastPathKeepsThreeFlowsOfOneEntry(t *testing.T) {
 	require.Len(t, three, 3, "no three flows of 3,000 share an entry of way 0, each with its own of way 1")
 
 	send(three)
-	now += int64(2 * time.Second) // past ProveAfter
-	send(three)                   // proven
-	send(three)                   // the decisions are kept
+	fr.now += int64(2 * time.Second) // past ProveAfter
+	send(three)                      // proven
+	send(three)                      // the decisions are kept
 	h0, m0 := f.fast.Stats()
 	for range 10 {
 		send(three)
@@ -167,25 +178,13 @@ func TestFastPathKeepsThreeFlowsOfOneEntry(t *testing.T) {
 // misses just after a nap (the cache starts empty), so the cache napped
 // again and again and never served them.
 func TestFastPathSmallBatches(t *testing.T) {
-	now := int64(time.Hour)
-	ms, ctl := newTestMuxStages(t, benchDocument(t), muxConnTable(t, 1<<11),
-		muxStagesOpts{clock: func() int64 { return now }})
-	f, err := newFused(ms)
-	require.NoError(t, err)
-	r := newMuxRigSnapshot(t, false, ctl.Snapshot, f)
+	fr := newFastRig(t, nil, 1<<11)
+	f, r := fr.f, fr.r
 	frames := benchTargets.Frames(benchFlows(1000, muxAgreeMix, 3, false))
 	const batch = 16
-	pass := func() {
-		t.Helper()
-		for i := 0; i < len(frames); i += batch {
-			r.port.Inject(frames[i:min(i+batch, len(frames))]...)
-			for r.port.Stats().Queued > 0 {
-				r.w.Poll()
-			}
-		}
-	}
+	pass := func() { fr.send(frames, batch) }
 	pass()
-	now += int64(2 * time.Second) // past ProveAfter
+	fr.now += int64(2 * time.Second) // past ProveAfter
 	for range 30 {
 		pass()
 	}
