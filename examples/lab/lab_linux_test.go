@@ -34,6 +34,10 @@ func TestLabRuns(t *testing.T) {
 	for _, node := range []string{"mux1", "mux2", "host1", "host2"} {
 		require.Regexp(t, `(?m)^  `+node+` .* partial checksums completed [1-9][0-9]* `, string(out), node)
 	}
+	// The Muxes report their fast path's lookups.
+	for _, node := range []string{"mux1", "mux2"} {
+		require.Regexp(t, `(?m)^  `+node+` .* fast path hit [0-9]+, miss [1-9][0-9]* `, string(out), node)
+	}
 	// host3, without a Host Agent, gets finished checksums from the
 	// Muxes: its kernel counts no checksum error.
 	require.Regexp(t, `host3 kernel VXLAN, no Host Agent, since the start: vxlan100 rx [1-9][0-9]*, TcpInCsumErrors 0, UdpInCsumErrors 0`, string(out))

@@ -523,6 +523,12 @@ func report(t *topo, res *results, before, after map[string]map[string]float64, 
 		}
 		line := fmt.Sprintf("  %-5s rx %8.0f  tx %8.0f", node, delta(node, `xdplb_packets_total{direction="rx"}`),
 			delta(node, `xdplb_packets_total{direction="tx"}`))
+		if strings.HasPrefix(node, "mux") {
+			// Established flows' packets the workers encapsulated from
+			// their caches of decisions (hit), or not (miss).
+			line += fmt.Sprintf("  fast path hit %.0f, miss %.0f",
+				delta(node, `xdplb_mux_fastpath_packets_total{result="hit"}`), delta(node, `xdplb_mux_fastpath_packets_total{result="miss"}`))
+		}
 		if strings.HasPrefix(node, "host") {
 			line += fmt.Sprintf("  NAT inbound %.0f, return %.0f (stateless %.0f), table %.0f",
 				delta(node, `xdplb_nat_packets_total{outcome="inbound"}`), delta(node, `xdplb_nat_packets_total{outcome="return"}`),
