@@ -206,7 +206,11 @@ func (fp *fastPath) stats() (s fastStats) {
 // small batches (a moderate packet rate) judge as many packets: a
 // window of 64 batches of 16 was one pass over 1,000 flows, all of
 // them such misses, and the cache napped on and on
-// (TestFastPathSmallBatches).
+// (TestFastPathSmallBatches). A window still has to hold more than one
+// pass over the flows: more flows sending in turn than about 7/8 of a
+// window (3,584: a miss each leaves fewer than fastWindow/fastMinRatio
+// hits) keep a worker napping after its first nap, at any batch size,
+// though its cache would hold them (5,000 flows: no hits).
 const (
 	fastWindow   = 4096
 	fastMinRatio = 8
