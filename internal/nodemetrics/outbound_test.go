@@ -67,7 +67,7 @@ func TestOutboundMetrics(t *testing.T) {
 		"xdplb_outbound_ranges_total{returned}": 2, "xdplb_outbound_ranges_total{conflict}": 4,
 		"xdplb_outbound_ranges_total{exhausted}": 5, "xdplb_outbound_ranges_total{cooling}": 6,
 		"xdplb_outbound_ranges_total{swept}": 7,
-		"xdplb_outbound_sweeps_total": 8, "xdplb_outbound_sweeper": 1,
+		"xdplb_outbound_sweeps_total":        8, "xdplb_outbound_sweeper": 1,
 	}, got)
 	allocs.Sweeper = false
 	got = gather(t, OutboundRanges(func() (fleet.PortAllocatorCounters, bool) { return allocs, have }))
