@@ -132,12 +132,12 @@ type fastCache struct {
 	now    flow.Tick
 	turn   uint32 // which of a key's two entries, both taken, the next fill takes
 
-	// The hit ratio over a window of fastWindow lookups; a window with
-	// fewer than one hit in fastMinRatio lookups puts the cache to
-	// sleep for nap batches (doubled after each such window, up to
-	// fastMaxNap, and back to fastMinNap after a good one).
-	winHits, winLooks uint32
-	sleep, nap        uint32
+	// The hit ratio over a window of fastWindow lookups, and the window's
+	// fills of free entries (the cache warming): see judge.
+	winHits, winLooks, winFree uint32
+	warming                    uint32 // windows in a row judged warming
+	sleep, nap                 uint32
+	batchHits, batchLooks      int // of the batch running, for judge
 
 	hits, misses, naps atomic.Uint64 // packets looked up, and naps: for the metrics
 
@@ -206,11 +206,16 @@ func (fp *fastPath) stats() (s fastStats) {
 // small batches (a moderate packet rate) judge as many packets: a
 // window of 64 batches of 16 was one pass over 1,000 flows, all of
 // them such misses, and the cache napped on and on
-// (TestFastPathSmallBatches). A window still has to hold more than one
-// pass over the flows: more flows sending in turn than about 7/8 of a
-// window (3,584: a miss each leaves fewer than fastWindow/fastMinRatio
-// hits) keep a worker napping after its first nap, at any batch size,
-// though its cache would hold them (5,000 flows: no hits).
+// (TestFastPathSmallBatches). Nor is a window held against the cache
+// while it warms — after a nap or a new snapshot, when most of its
+// misses fill free entries: such a window is neither good nor poor, the
+// worker stays awake and its nap length is kept, for as many windows as
+// it takes to fill every entry (fastSlots/fastWindow). Else more flows
+// sending in turn than about 7/8 of a window (3,584: a miss each leaves
+// fewer than fastWindow/fastMinRatio hits) kept a worker napping after
+// its first nap, though its cache would hold them
+// (TestFastPathHoldsWhatFits: 5,000 flows, no hits). Too many flows for
+// the cache still nap: once its entries are taken, their fills evict.
 const (
 	fastWindow   = 4096
 	fastMinRatio = 8
@@ -227,20 +232,31 @@ func (c *fastCache) awake() bool {
 	c.sleep--
 	if c.sleep == 0 {
 		c.epoch++ // the decisions kept before the nap are stale (begin handles a wrap)
-		c.winHits, c.winLooks = 0, 0
+		c.winHits, c.winLooks, c.winFree = 0, 0, 0
 	}
 	return false
 }
 
 // judge adds a batch's hits and lookups to the window, and ends the
-// window when it is full: a nap if the hits were too few.
-func (c *fastCache) judge(hits, looks int) {
-	c.winHits += uint32(hits)
-	c.winLooks += uint32(looks)
+// window when it is full: good (at least one hit in fastMinRatio
+// lookups), warming (fewer, but at least half of the misses filled a
+// free entry, and not more windows in a row than it takes to fill them
+// all: the worker stays awake, its nap length kept), or poor (a nap,
+// longer than the last). It runs at the end of a batch, after the
+// batch's fills.
+func (c *fastCache) judge() {
+	c.winHits += uint32(c.batchHits)
+	c.winLooks += uint32(c.batchLooks)
 	if c.winLooks < fastWindow {
 		return
 	}
-	if c.winHits*fastMinRatio < c.winLooks {
+	switch {
+	case c.winHits*fastMinRatio >= c.winLooks:
+		c.nap, c.warming = 0, 0
+	case 2*c.winFree >= c.winLooks-c.winHits && c.warming < fastSlots/fastWindow:
+		c.warming++ // judged again over the next window
+	default:
+		c.warming = 0
 		c.nap = min(max(c.nap*2, fastMinNap), fastMaxNap)
 		c.sleep = c.nap
 		c.naps.Add(1)
@@ -248,10 +264,8 @@ func (c *fastCache) judge(hits, looks int) {
 		// snapshot meanwhile (begin starts a new epoch on waking).
 		clear(c.e[:])
 		c.snap = nil
-	} else {
-		c.nap = 0
 	}
-	c.winHits, c.winLooks = 0, 0
+	c.winHits, c.winLooks, c.winFree = 0, 0, 0
 }
 
 // begin readies worker cache c for a batch of snapshot snap, source
@@ -446,6 +460,9 @@ func (fp *fastPath) fill(c *fastCache, bal *balance.Pass, i, j int, p *engine.Pa
 		return
 	}
 	e := c.place(s, &c.keys[i])
+	if e.epoch != c.epoch {
+		c.winFree++ // the cache warming (judge)
+	}
 	e.key, e.epoch = c.keys[i], c.epoch
 	e.rule, e.backend = p.Rule, p.Backend
 	e.seen = bal.Seen(j)

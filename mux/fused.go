@@ -135,6 +135,9 @@ func (f *fused) Process(b *engine.Batch) {
 			}
 		}
 	}
+	if c != nil {
+		c.judge() // after the fills, which it counts
+	}
 	if t.on {
 		t.acct.End()
 	}
@@ -218,7 +221,7 @@ func (f *fused) fastPass(b *engine.Batch, c *fastCache, hop, gen uint32, pkts []
 	if looks != hits {
 		c.misses.Add(uint64(looks - hits))
 	}
-	c.judge(hits, looks)
+	c.batchHits, c.batchLooks = hits, looks
 	return c.miss[:nm]
 }
 
