@@ -129,6 +129,11 @@ type Sample struct {
 	// Drops are the veths' drop counters over the trial: where lost
 	// frames went.
 	Drops Drops
+	// FastPath, for a DUT whose Instance is a FastPathReader (the Mux),
+	// is what its fast path counted in the window: the hits, misses and
+	// naps read at the window's end minus those read at its start. Nil
+	// for other DUTs.
+	FastPath *FastPathCounts
 }
 
 // Drops are veth drop counters over one trial (the kernel's tx_dropped or
@@ -225,6 +230,9 @@ type Summary struct {
 	DUTUtil, GenUtil, SinkUtil float64
 	// WrongMAC and WrongKind are totals over all trials (should be 0).
 	WrongMAC, WrongKind uint64
+	// FastPath is the medians of the trials' fast-path counters, nil
+	// when no trial read them (every DUT but the Mux).
+	FastPath *FastPathSummary
 }
 
 // Summarize takes the median of every figure over samples. Each figure's
@@ -255,6 +263,7 @@ func Summarize(samples []Sample) Summary {
 		DUTUtil:      Median(pick(func(s Sample) float64 { return s.Utilisation(s.DUTCPU) })),
 		GenUtil:      Median(pick(func(s Sample) float64 { return s.Utilisation(s.GenCPU) })),
 		SinkUtil:     Median(pick(func(s Sample) float64 { return s.Utilisation(s.SinkCPU) })),
+		FastPath:     summarizeFastPath(samples),
 	}
 	for _, s := range samples {
 		sum.WrongMAC += s.WrongMAC

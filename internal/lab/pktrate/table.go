@@ -22,6 +22,11 @@ import (
 //
 // Rows whose trials saw frames with a wrong destination MAC, or of the
 // wrong kind (plain instead of VXLAN or the reverse), are marked.
+//
+// When some rows have fast-path counters (Summary.FastPath: the Mux), a
+// list under the table gives, for each of them, the median share of the
+// fast path's lookups in the window that hit, the median lookups and the
+// median naps; the table itself is the same with or without them.
 func WriteTable(w io.Writer, results []Result) error {
 	ref := map[Point]float64{}
 	refName := ""
@@ -62,6 +67,7 @@ func WriteTable(w io.Writer, results []Result) error {
 			s.OfferedPPS/1e6, s.DeliveredPPS/1e6, s.MinDelivered/1e6, s.MaxDelivered/1e6, s.ForwardedPPS/1e6,
 			ratio, loss, formatNs(s), s.DUTUtil, s.GenUtil, s.SinkUtil)
 	}
+	writeFastPath(&b, results)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -91,4 +97,53 @@ func formatNs(s Summary) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.0f", float64(s.CPUPerPacket.Nanoseconds()))
+}
+
+// writeFastPath writes the list of the rows with fast-path counters, if
+// any, after a blank line.
+func writeFastPath(b *strings.Builder, results []Result) {
+	header := false
+	for _, r := range results {
+		f := r.Summary.FastPath
+		if f == nil {
+			continue
+		}
+		if !header {
+			b.WriteString("\nFast path (medians over the trials; hits: share of the lookups in the window that hit):\n\n")
+			header = true
+		}
+		trials := ""
+		if f.Trials != r.Summary.Trials {
+			trials = fmt.Sprintf(" (%d of %d trials)", f.Trials, r.Summary.Trials)
+		}
+		fmt.Fprintf(b, "- %s, %d B, %s flows, load %s: %s hits, %s lookups, %s naps%s\n",
+			r.DUT, r.Size, formatCount(r.Flows), r.Load, formatShare(f.HitShare), formatAmount(f.Lookups), formatAmount(f.Naps), trials)
+	}
+}
+
+// formatShare writes a share as a percentage, never rounding a share
+// short of 1 up to 100% or one above 0 down to 0%.
+func formatShare(v float64) string {
+	switch {
+	case v >= 1:
+		return "100%"
+	case v <= 0:
+		return "0%"
+	case v > 0.9999:
+		return ">99.99%"
+	case v < 0.0001:
+		return "<0.01%"
+	}
+	return fmt.Sprintf("%.2f%%", v*100)
+}
+
+// formatAmount writes a count compactly: 950, 12.3k, 2.41M.
+func formatAmount(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
 }
