@@ -184,6 +184,9 @@ type snapshot struct {
 	sinkCPU time.Duration
 	busy    uint64
 	drops   Drops
+	// fastPath is the DUT's fast-path counters (FastPathReader), read
+	// at the window's start and end only.
+	fastPath *FastPathCounts
 }
 
 // runTrial starts the DUT, sends for Warmup+Duration at load, and measures.
@@ -212,9 +215,21 @@ func runTrial(ctx context.Context, topo *Topology, gen *Generator, cfg Config, d
 	if err != nil {
 		return s, err
 	}
-	take := func() (snapshot, error) {
+	fpr, _ := inst.(FastPathReader)
+	// take reads every counter; window is true at the measurement
+	// window's start and end, where it also reads the DUT's fast-path
+	// counters if it has any (a scrape the trial's other moments need
+	// not pay for).
+	take := func(window bool) (snapshot, error) {
 		sn := snapshot{at: time.Now(), sent: gen.Sent(), genCPU: gen.CPU(), sinkCPU: threadsCPU(sinkThreads), busy: gen.KickErrors()}
 		var err error
+		if window && fpr != nil {
+			fp, err := fpr.FastPath()
+			if err != nil {
+				return sn, fmt.Errorf("pktrate: %s: %w", dut.Name(), err)
+			}
+			sn.fastPath = &fp
+		}
 		if sn.drops, err = topo.drops(); err != nil {
 			return sn, err
 		}
@@ -237,7 +252,7 @@ func runTrial(ctx context.Context, topo *Topology, gen *Generator, cfg Config, d
 	}
 
 	_, output := ShapeOf(dut)
-	start, err := take()
+	start, err := take(false)
 	if err != nil {
 		return s, err
 	}
@@ -253,14 +268,14 @@ func runTrial(ctx context.Context, topo *Topology, gen *Generator, cfg Config, d
 	if err := sleep(ctx, cfg.Warmup); err != nil {
 		return s, err
 	}
-	w0, err := take()
+	w0, err := take(true)
 	if err != nil {
 		return s, err
 	}
 	if err := sleep(ctx, cfg.Duration); err != nil {
 		return s, err
 	}
-	w1, err := take()
+	w1, err := take(true)
 	if err != nil {
 		return s, err
 	}
@@ -271,9 +286,14 @@ func runTrial(ctx context.Context, topo *Topology, gen *Generator, cfg Config, d
 	if err := sleep(ctx, cfg.Drain); err != nil {
 		return s, err
 	}
-	end, err := take()
+	end, err := take(false)
 	if err != nil {
 		return s, err
+	}
+	var fastPath *FastPathCounts
+	if w0.fastPath != nil && w1.fastPath != nil {
+		d := w1.fastPath.sub(*w0.fastPath)
+		fastPath = &d
 	}
 	delivered := func(sn snapshot) uint64 { d, _ := sn.sink.Delivered(output); return d }
 	otherKind := func(sn snapshot) uint64 { _, o := sn.sink.Delivered(output); return o }
@@ -296,6 +316,7 @@ func runTrial(ctx context.Context, topo *Topology, gen *Generator, cfg Config, d
 			DUTOutTX: end.drops.DUTOutTX - start.drops.DUTOutTX,
 			SinkRX:   end.drops.SinkRX - start.drops.SinkRX,
 		},
+		FastPath: fastPath,
 	}, nil
 }
 

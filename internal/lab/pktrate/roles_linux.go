@@ -19,12 +19,16 @@ import (
 // taking its flags) on PathOneArm. Start writes MuxDocument into a
 // temporary file and runs
 //
-//	Bin -interface {in} -config <document> -log-level warn [-conns Conns] Args...
+//	Bin -interface {in} -config <document> -log-level warn -metrics MuxMetricsAddr [-conns Conns] Args...
 //
 // in the DUT namespace (as Process: it is ready when its XDP program is
 // on the veth). The Mux encapsulates the test frames to the VIP in VXLAN
 // towards MuxBackends' hosts, which it reaches through the generator,
-// back out of the veth they came in on.
+// back out of the veth they came in on. Its Instance is a
+// FastPathReader: it scrapes the program's /metrics at MuxMetricsAddr
+// from inside the DUT namespace, so the program must serve the Mux's
+// fast-path counters there (an Args "-metrics" elsewhere fails the
+// trial).
 type Mux struct {
 	// Label names the mode (default "mux").
 	Label string
@@ -46,12 +50,16 @@ func (Mux) Shape() (Path, Output) { return PathOneArm, OutputVXLAN }
 
 // Start writes the document and starts the Mux.
 func (m Mux) Start(ctx context.Context, t *Topology) (Instance, error) {
-	args := []string{"-interface", "{in}", "-config", "", "-log-level", "warn"}
+	args := []string{"-interface", "{in}", "-config", "", "-log-level", "warn", "-metrics", MuxMetricsAddr}
 	if m.Conns > 0 {
 		args = append(args, "-conns", strconv.Itoa(m.Conns))
 	}
-	return startWithDocument(ctx, t, m, MuxDocument(), Process{Label: m.Name(), Path: m.Bin,
+	inst, err := startWithDocument(ctx, t, m, MuxDocument(), Process{Label: m.Name(), Path: m.Bin,
 		Args: append(args, m.Args...), Env: m.Env, On: PathOneArm, Delivers: OutputVXLAN})
+	if err != nil {
+		return nil, err
+	}
+	return newMuxInstance(inst, t.DUT, MuxMetricsAddr), nil
 }
 
 // HostAgent is the DUT mode "hostagent": xdplb's Host Agent

@@ -25,22 +25,25 @@ import (
 	"github.com/xdplb/xdplb/header"
 	"github.com/xdplb/xdplb/hostagent"
 	"github.com/xdplb/xdplb/internal/lab/netlab"
+	"github.com/xdplb/xdplb/internal/node"
 	"github.com/xdplb/xdplb/mux"
 )
 
 // helperMux makes the test binary the Mux, with the flags the Mux mode
-// passes (those of examples/mux it uses).
+// passes (those of examples/mux it uses), serving /metrics at -metrics
+// as examples/mux does.
 func helperMux(args []string) error {
 	fs := flag.NewFlagSet("mux", flag.ContinueOnError)
 	iface := fs.String("interface", "", "")
 	config := fs.String("config", "", "")
 	_ = fs.String("log-level", "", "")
+	metrics := fs.String("metrics", "", "")
 	conns := fs.Int("conns", 1<<16, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg := mux.Config{Interface: *iface, ConfigPath: *config,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg := mux.Config{Interface: *iface, ConfigPath: *config, Logger: log}
 	cfg.Conns.Capacity = *conns
 	m, err := mux.New(cfg)
 	if err != nil {
@@ -48,6 +51,7 @@ func helperMux(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
+	defer node.ServeMetrics(log, "mux", *metrics, m.Collector())()
 	return m.Run(ctx)
 }
 
@@ -84,7 +88,9 @@ type roleCase struct {
 	check func(t *testing.T, topo *Topology, spec FrameSpec, frame []byte) (flow int)
 	// after checks all captured frames' flows together.
 	after func(t *testing.T, flows map[int][][]byte)
-	skip  string
+	// fastPath: the mode's samples carry fast-path counters (the Mux).
+	fastPath bool
+	skip     string
 }
 
 // TestPathModes runs every DUT mode of the one-armed and the tunnel path
@@ -107,7 +113,7 @@ func TestPathModes(t *testing.T) {
 		{dut: XDPRedirect{OneArm: true}, flows: 1000, check: checkOneArmPlain},
 		{dut: Process{Label: "helper-1arm", Path: self, Env: helper("redirect"), On: PathOneArm,
 			Args: []string{"-in", "{in}", "-out", "{out}", "-dst-mac", "{next_mac}"}}, flows: 1000, check: checkOneArmPlain},
-		{dut: Mux{Bin: self, Env: helper("mux"), Conns: 1 << 16}, flows: 4, check: checkMuxFrame, after: checkMuxSpread},
+		{dut: Mux{Bin: self, Env: helper("mux"), Conns: 1 << 16}, flows: 4, check: checkMuxFrame, after: checkMuxSpread, fastPath: true},
 		{dut: HostAgent{Bin: self, Env: helper("hostagent"), Conns: 1 << 16}, flows: 1000, check: checkTunnelFrame},
 		{dut: KernelVXLANDNAT{}, flows: 1000, check: checkTunnelFrame, skip: noNFT},
 	}
@@ -165,6 +171,22 @@ func TestPathModes(t *testing.T) {
 			assert.GreaterOrEqual(t, captured, MaxCapture/2, "the sink captured too few frames")
 			if tc.after != nil {
 				tc.after(t, flows)
+			}
+			if tc.fastPath {
+				// The harness read the Mux's counters at the window's
+				// start and end: with 4 flows its workers look most
+				// packets up.
+				if assert.NotNil(t, s.FastPath, "no fast-path counters in the Mux's sample") {
+					t.Logf("fast path in the window: %+v", *s.FastPath)
+					assert.NotZero(t, s.FastPath.Lookups(), "the fast path looked nothing up")
+					// Counted over the window, not since the start: the
+					// warm-up and start-up would come near double.
+					assert.LessOrEqual(t, float64(s.FastPath.Lookups()), 1.5*float64(s.WindowSent), "lookups not over the window")
+				}
+				assert.NotNil(t, results[0].Summary.FastPath)
+			} else {
+				assert.Nil(t, s.FastPath)
+				assert.Nil(t, results[0].Summary.FastPath)
 			}
 			require.NoError(t, lab.Close())
 			assert.Empty(t, netlab.Leftovers(prefix))
