@@ -24,7 +24,12 @@
 //     (examples/hostagent), kernel-vxlan-dnat (a vxlan device, nftables
 //     DNAT with conntrack, IP forwarding);
 //
-// and any program given with -proc. The example binaries are built with
+// and any program given with -proc. For mux rows a list under the table
+// gives the share of the Mux's fast-path lookups that hit, the lookups
+// and the naps in the measurement window (medians over the trials), read
+// from the Mux's /metrics, which it serves at 127.0.0.1:9109 inside the
+// DUT namespace; rows of other modes have no such line and the table is
+// unchanged. The example binaries are built with
 // `go build` into a temporary directory unless -l2fwd-bin, -mux-bin or
 // -hostagent-bin name them. Needs root. Ctrl-C stops the run and removes
 // everything it made.

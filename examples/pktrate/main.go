@@ -56,7 +56,7 @@ func run() int {
 		l2fwdBin  = flag.String("l2fwd-bin", "", "prebuilt examples/l2fwd binary (default: go build ./examples/l2fwd)")
 		l2fwdArgs = flag.String("l2fwd-args", "-in {in} -out {out} -dst-mac {next_mac}", "l2fwd arguments; {in} {out} {in_mac} {out_mac} {next_mac} {next_ip} are replaced")
 		muxBin    = flag.String("mux-bin", "", "prebuilt examples/mux binary (default: go build ./examples/mux)")
-		muxArgs   = flag.String("mux-args", "", "extra mux arguments (the harness passes -interface, -config, -log-level, -conns)")
+		muxArgs   = flag.String("mux-args", "", "extra mux arguments (the harness passes -interface, -config, -log-level, -metrics 127.0.0.1:9109, -conns)")
 		haBin     = flag.String("hostagent-bin", "", "prebuilt examples/hostagent binary (default: go build ./examples/hostagent)")
 		haArgs    = flag.String("hostagent-args", "", "extra hostagent arguments (the harness passes -uplink, -host, -config, -log-level, -conns)")
 		conns     = flag.String("conns", "auto", "connection table capacity of mux and NAT table capacity of hostagent (k/M suffixes); auto: 1M, or the largest -flows rounded up to a power of two if larger")
