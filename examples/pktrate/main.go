@@ -74,10 +74,14 @@ func run() int {
 		Duration: *duration, Warmup: *warmup, Trials: *trials, ProcessFIFO: *procFIFO,
 		Topology: pktrate.TopologyConfig{Queues: *queues},
 		Progress: func(p pktrate.Point, trial int, s pktrate.Sample) {
-			fmt.Fprintf(os.Stderr, "%-12s %4dB %7d flows load %-5v trial %d: offered %.3f, delivered %.3f, forwarded %.3f Mpps; loss %.2f%% (in %.2f%%, out %.2f%%); DUT %.0f ns/pkt; CPU dut %.2f gen %.2f sink %.2f; busy %d; drops %+v\n",
+			fastPath := ""
+			if f := s.FastPath; f != nil {
+				fastPath = fmt.Sprintf("; fast path %+v", *f)
+			}
+			fmt.Fprintf(os.Stderr, "%-12s %4dB %7d flows load %-5v trial %d: offered %.3f, delivered %.3f, forwarded %.3f Mpps; loss %.2f%% (in %.2f%%, out %.2f%%); DUT %.0f ns/pkt; CPU dut %.2f gen %.2f sink %.2f; busy %d; drops %+v%s\n",
 				p.DUT, p.Size, p.Flows, p.Load, trial+1, s.OfferedPPS()/1e6, s.DeliveredPPS()/1e6, s.ForwardedPPS()/1e6,
 				s.Loss()*100, s.IngressLoss()*100, s.EgressLoss()*100, float64(s.CPUPerPacket().Nanoseconds()),
-				s.Utilisation(s.DUTCPU), s.Utilisation(s.GenCPU), s.Utilisation(s.SinkCPU), s.Busy, s.Drops)
+				s.Utilisation(s.DUTCPU), s.Utilisation(s.GenCPU), s.Utilisation(s.SinkCPU), s.Busy, s.Drops, fastPath)
 		},
 	}
 	var err error
