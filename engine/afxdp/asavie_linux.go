@@ -212,7 +212,7 @@ func (a *asavieSock) transmit(p *Port, pkts []*engine.Packet) int {
 		bytes += uint64(n)
 		i++
 	}
-	k := a.x.Transmit(descs) // one sendto per call, as asavie does
+	k := a.kick(p, descs) // one sendto per call, as asavie does
 	p.c[cTXKicks]++
 	for _, pk := range pkts[:k] {
 		if owner, frame := pk.Owner(); owner == engine.Port(p) {
@@ -233,6 +233,53 @@ func (a *asavieSock) transmit(p *Port, pkts []*engine.Packet) int {
 	return k
 }
 
+// kick is asavie's Transmit (descs onto the TX ring, then a sendto), but
+// for its panic: asavie panics when sendto fails with anything but
+// EINTR, EAGAIN or EBUSY — ENETDOWN once the interface is gone, ENOBUFS
+// under pressure — where RingOwn counts the error and goes on (Check
+// finds a port whose interface is gone). The descriptors are on the ring
+// before the sendto, so kick returns how many went there either way; a
+// failure that is not transient is counted as a kick error. Any other
+// panic is asavie's own and goes on.
+func (a *asavieSock) kick(p *Port, descs []xdp.Desc) (k int) {
+	k = min(len(descs), a.x.NumFreeTxSlots())
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		e, ok := asavieSendtoErrno(r)
+		if !ok {
+			panic(r)
+		}
+		if !transientKickErr(e) {
+			p.c[cKickErrors]++
+		}
+	}()
+	return a.x.Transmit(descs)
+}
+
+// asavieSendtoErrno returns the errno of the panic asavie's Transmit
+// raises when sendto fails ("sendto failed with rc=%d and errno=%d"),
+// or false for any other panic value.
+func asavieSendtoErrno(r any) (unix.Errno, bool) {
+	err, ok := r.(error)
+	if !ok {
+		return 0, false
+	}
+	msg := err.Error()
+	const prefix, field = "sendto failed with rc=", " and errno="
+	i := strings.LastIndex(msg, field)
+	if !strings.HasPrefix(msg, prefix) || i < 0 {
+		return 0, false
+	}
+	n, perr := strconv.Atoi(msg[i+len(field):])
+	if perr != nil {
+		return 0, false
+	}
+	return unix.Errno(n), true
+}
+
 func (a *asavieSock) release(p *Port, pkts []*engine.Packet) {
 	for _, pk := range pkts {
 		owner, frame := pk.Owner()
@@ -250,7 +297,7 @@ func (a *asavieSock) flush(p *Port) {
 	if a.x.NumTransmitted() > 0 {
 		// Entries the kernel has not consumed yet: kick once more.
 		if a.x.NumFreeTxSlots() < a.txSize {
-			a.x.Transmit(nil)
+			a.kick(p, nil)
 			p.c[cTXKicks]++
 		}
 		if n := a.x.NumCompleted(); n > 0 {

@@ -4,6 +4,7 @@ package afxdp_test
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -58,6 +59,43 @@ func TestPortDownWhenInterfaceDeleted(t *testing.T) {
 				t.Fatal("the worker kept polling a port whose interface is gone")
 			}
 			require.ErrorIs(t, port.Check(), afxdp.ErrPortDown, "the failure is final")
+		})
+	}
+}
+
+// TestTransmitAfterInterfaceDeleted transmits on a port whose interface
+// is gone, for both ring implementations: the send fails (the kernel
+// answers ENETDOWN), which must not panic — github.com/asavie/xdp's
+// Transmit panics on any sendto error but EINTR, EAGAIN and EBUSY, and
+// a worker forwarding a packet as the interface went away crashed the
+// process (TestPortDownWhenInterfaceDeleted did, now and then, on a
+// router solicitation the kernel sent as the veth came up). The frames
+// are taken (on the TX ring, which nothing will ever drain) and the port
+// reports itself down.
+func TestTransmitAfterInterfaceDeleted(t *testing.T) {
+	for _, ring := range []afxdp.Ring{afxdp.RingOwn, afxdp.RingAsavie} {
+		t.Run(ring.String(), func(t *testing.T) {
+			r := newRig(t, 1)
+			port := openPort(t, r.lbLink, afxdp.Config{Ring: ring})
+			mem, err := engine.NewMemPort(engine.MemPortConfig{Name: "mem"})
+			require.NoError(t, err)
+			f := udpFrame(t, r.peerLink.MAC, r.lbLink.MAC, netip.MustParseAddrPort(lbAddr+":9000"),
+				netip.MustParseAddrPort(peerAddr+":9001"), payload(1, 100))
+
+			link, err := r.lb.Netlink().LinkByName(r.lbLink.Name)
+			require.NoError(t, err)
+			require.NoError(t, r.lb.Netlink().LinkDel(link))
+
+			var b engine.Batch
+			pool := make([]engine.Packet, engine.MaxBatch)
+			mem.Inject(f, f, f)
+			require.Equal(t, 3, mem.Receive(&b, pool, 1))
+			var k int
+			require.NotPanics(t, func() { k = port.Transmit(b.Packets()) })
+			mem.Release(b.Packets())
+			require.Equal(t, 3, k, "the frames are on the TX ring")
+			require.NotPanics(t, func() { _ = port.Flush() })
+			require.ErrorIs(t, port.Check(), afxdp.ErrPortDown)
 		})
 	}
 }
