@@ -49,6 +49,10 @@
 // RingAsavie runs the same port over github.com/asavie/xdp's Socket as it
 // is (a scan of every frame to find free ones, a sendto per Transmit call,
 // no need_wakeup): it is the baseline the benchmarks compare against.
+// asavie's Transmit panics when a sendto fails (but for EINTR, EAGAIN and
+// EBUSY); the port recovers that panic and counts the failure as RingOwn
+// does, so a deleted interface stops the worker through Check, as it
+// does on RingOwn, instead of crashing the process.
 //
 // # Frame ownership and headroom
 //
