@@ -19,6 +19,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xdplb/xdplb/internal/lab/netlab"
+	"github.com/xdplb/xdplb/internal/lab/promtext"
 )
 
 // HTTPClient returns an HTTP client whose connections are made from
@@ -52,7 +53,7 @@ func Get(hc *http.Client, url string) (string, error) {
 }
 
 // Scrape reads the Prometheus endpoint http://addr/metrics from inside n
-// and returns its samples (ParseMetrics).
+// and returns its samples (promtext.Parse).
 func Scrape(n *netlab.NS, addr netip.AddrPort) (map[string]float64, error) {
 	resp, err := HTTPClient(n, 5*time.Second).Get("http://" + addr.String() + "/metrics")
 	if err != nil {
@@ -62,7 +63,7 @@ func Scrape(n *netlab.NS, addr netip.AddrPort) (map[string]float64, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("/metrics: %s", resp.Status)
 	}
-	return ParseMetrics(resp.Body)
+	return promtext.Parse(resp.Body)
 }
 
 // UDPEcho sends msg to to from a new connected socket in n (a new flow

@@ -37,7 +37,7 @@ func StaticRange(ob control.Outbound, dip netip.Addr) (control.PortRange, bool) 
 	return control.PortRange{}, false
 }
 
-// SumMetric adds up the samples of metric name in m (as ParseMetrics
+// SumMetric adds up the samples of metric name in m (as promtext.Parse
 // returns them): the unlabelled sample and every labelled one.
 func SumMetric(m map[string]float64, name string) float64 {
 	var sum float64

@@ -1,11 +1,11 @@
 package pktrate
 
 import (
-	"bufio"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
+
+	"github.com/xdplb/xdplb/internal/lab/promtext"
 )
 
 // The Mux's Prometheus samples FastPathCounts reads (mux/metrics.go).
@@ -50,42 +50,27 @@ func (c FastPathCounts) sub(before FastPathCounts) FastPathCounts {
 // timestamps, labels as in metricFastPath*); a missing one is an error,
 // so a program without a fast path is not taken for one that never hit.
 func ParseFastPathCounts(r io.Reader) (FastPathCounts, error) {
-	want := map[string]*uint64{}
+	m, err := promtext.Parse(r)
+	if err != nil {
+		return FastPathCounts{}, fmt.Errorf("pktrate: %w", err)
+	}
 	var c FastPathCounts
-	want[metricFastPathHits] = &c.Hits
-	want[metricFastPathMisses] = &c.Misses
-	want[metricFastPathNaps] = &c.Naps
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
+	var missing []string
+	for _, f := range []struct {
+		name string
+		to   *uint64
+	}{{metricFastPathHits, &c.Hits}, {metricFastPathMisses, &c.Misses}, {metricFastPathNaps, &c.Naps}} {
+		v, ok := m[f.name]
+		switch {
+		case !ok:
+			missing = append(missing, f.name)
+		case v < 0:
+			return FastPathCounts{}, fmt.Errorf("pktrate: metrics: %s %v: not a counter", f.name, v)
+		default:
+			*f.to = uint64(v) // Prometheus writes counters as floats ("1.234567e+06")
 		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		p, ok := want[line[:i]]
-		if !ok {
-			continue
-		}
-		// Prometheus writes counters as floats ("1.234567e+06").
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil || v < 0 {
-			return FastPathCounts{}, fmt.Errorf("pktrate: metrics line %q: not a counter", line)
-		}
-		*p = uint64(v)
-		delete(want, line[:i])
 	}
-	if err := sc.Err(); err != nil {
-		return FastPathCounts{}, err
-	}
-	if len(want) > 0 {
-		missing := make([]string, 0, len(want))
-		for name := range want {
-			missing = append(missing, name)
-		}
+	if len(missing) > 0 {
 		return FastPathCounts{}, fmt.Errorf("pktrate: metrics without %s", strings.Join(missing, ", "))
 	}
 	return c, nil

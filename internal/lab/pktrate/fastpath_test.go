@@ -35,7 +35,7 @@ func TestParseFastPathCounts(t *testing.T) {
 		{"zeros", "xdplb_mux_fastpath_packets_total{result=\"hit\"} 0\nxdplb_mux_fastpath_packets_total{result=\"miss\"} 0\nxdplb_mux_fastpath_naps_total 0\n", FastPathCounts{}, ""},
 		{"no fast path (another program)", "go_goroutines 12\n", FastPathCounts{}, "without"},
 		{"no naps", "xdplb_mux_fastpath_packets_total{result=\"hit\"} 1\nxdplb_mux_fastpath_packets_total{result=\"miss\"} 1\n", FastPathCounts{}, "xdplb_mux_fastpath_naps_total"},
-		{"not a number", strings.Replace(muxMetrics, "4321", "many", 1), FastPathCounts{}, "not a counter"},
+		{"not a number", strings.Replace(muxMetrics, "4321", "many", 1), FastPathCounts{}, "metrics line"},
 		{"negative", strings.Replace(muxMetrics, "4321", "-1", 1), FastPathCounts{}, "not a counter"},
 		{"empty", "", FastPathCounts{}, "without"},
 	}
