@@ -149,6 +149,7 @@ type ConnTableStats struct {
 	Deletes   uint64 // flows removed by Delete
 	Evictions uint64 // live untrusted entries replaced by an Insert
 	Refused   uint64 // Inserts refused because both buckets were full
+	Moves     uint64 // entries moved to their other bucket to make room for an Insert
 	Expired   uint64 // idle entries removed by Age or reused by Insert
 	Busy      uint64 // Inserts and SetClasses given up on a held bucket
 	Contended uint64 // Lookups that gave up on a bucket held by a descheduled writer (a miss)
@@ -265,20 +266,22 @@ type connStripe struct {
 // the table is still growing grows it first — 32 buckets more than the
 // count asks for, since the ones the count would split next may not be
 // its own — or waits, up to 64 yields, for the grower in progress, and
-// looks again, up to 8 times. Should the
-// grower be descheduled mid-growth, the others go on inserting into the
-// part in use, which then fills as a full table does (evicting untrusted
-// entries, at worst refusing) until it runs again. Range holds growth off
-// while it walks, so that it reports every entry once.
+// looks again, up to 8 times. Should the grower be descheduled
+// mid-growth, the others go on inserting into the part in use, which then
+// fills as a full table does (see Eviction) until it runs again. Range
+// holds growth and moves off while it walks: it reports every entry once.
 //
 // # Eviction
 //
 // An Insert whose two buckets are full takes, in order: an entry idle past
 // its class's timeout (the longest idle first), else the least recently
-// seen ClassUntrusted entry, else it refuses. Established, closing and UDP
-// flows are never evicted while live. Nothing loops unboundedly and nothing
-// allocates. Age removes idle entries in the background, a bounded number
-// of slots per call.
+// seen ClassUntrusted entry, else the slot of an entry it moves to that
+// entry's other bucket (of up to 4 entries, the first whose other bucket
+// has room; Stats.Moves; lookups look again after a move as after a
+// split), else it refuses. Established, closing and UDP flows are never
+// evicted while live. Nothing loops unboundedly and nothing allocates.
+// Age removes idle entries in the background, a bounded number of slots
+// per call.
 //
 // # Memory
 //
@@ -730,6 +733,7 @@ func (t *ConnTable) Stats() ConnTableStats {
 		s.Contended += c.contended.Load()
 	}
 	s.PromoteRefused = t.v4.promoteRefused.Load() + t.v6.promoteRefused.Load()
+	s.Moves = t.v4.moves.Load() + t.v6.moves.Load()
 	s.Proven = max(int(t.v4.proven.Load()+t.v6.proven.Load()), 0)
 	s.Entries = max(int(s.Inserts-s.Deletes-s.Expired-s.Evictions), 0)
 	return s

@@ -245,8 +245,9 @@ func (b *ctBucket[S, P]) probe(k *ctKey, tag, first uint64) (j int, v, h uint64,
 type ctTable[S ctSlotWords, P ctPad] struct {
 	b []ctBucket[S, P]
 	n uint64 // buckets allocated: a power of two, the most the part in use grows to
-	// geo is the geometry of the part in use (ctGeo); written only by a
-	// split, under the growing flag and the locks of the bucket it splits.
+	// geo is the geometry of the part in use and the count of moves
+	// (ctGeo); written only under the growing flag, by a split (holding
+	// the bucket it splits) or a move (holding the buckets it changes).
 	geo       atomic.Uint64
 	stripe0   uint64 // this table's first counter stripe: its stripes are [stripe0, stripe0+ctStripes/2)
 	maxProven int64  // the most proven entries SetClass promotes to
@@ -260,12 +261,14 @@ type ctTable[S ctSlotWords, P ctPad] struct {
 	proven atomic.Int64
 	// promoteRefused counts the promotions refused at maxProven (rare).
 	promoteRefused atomic.Uint64
+	// moves counts the entries moved to their other bucket (move).
+	moves atomic.Uint64
 	// growing is held by the one writer that splits buckets; ranging
 	// counts the walks (ConnTable.Range) during which no split may run.
 	growing   atomic.Bool
 	growAgain atomic.Bool // a writer found the table behind while another grew it
 	ranging   atomic.Int32
-	_         [ctCacheLine - 28]byte
+	_         [ctCacheLine - 36]byte
 }
 
 // init makes t a table of nbuckets buckets (at least two) whose part in
@@ -494,7 +497,7 @@ func (t *ctTable[S, P]) insert(k *ctKey, hash uint64, backend uint32, cls StateC
 		// With both held, no split can move k's candidates: a split holds
 		// the bucket it splits. If one did since g was read, k's
 		// candidates may have moved: start again.
-		if t.geo.Load() == g {
+		if t.geo.Load()&ctShapeBits == g&ctShapeBits { // (a move elsewhere changes no candidate of k)
 			// Both buckets full while the table is still growing: grow
 			// first, and look again, rather than evict or refuse in a
 			// table that has room it does not use yet. The count of
@@ -534,7 +537,7 @@ func (t *ctTable[S, P]) insert(k *ctKey, hash uint64, backend uint32, cls StateC
 	v := ctVal(backend, now)
 	tag := ctTag(hash)
 
-	res, x, j := t.place(k, tag, &b, &h, now, c, st)
+	res, x, j := t.place(k, tag, &b, &h, [2]uint64{i1, i2}, now, c, st)
 	if claim && res == InsertUpdated {
 		b[0].unlockUnchanged(h[0])
 		b[1].unlockUnchanged(h[1])
@@ -579,9 +582,10 @@ func (t *ctTable[S, P]) insert(k *ctKey, hash uint64, backend uint32, cls StateC
 // present, else a free slot in the first bucket unless the second holds
 // fewer entries (a growing table: at least two fewer, see ctSlack), else
 // the entry idle longest past its timeout, else the least recently seen
-// untrusted entry. It counts reclaimed and evicted entries; the caller
-// counts the outcome.
-func (t *ctTable[S, P]) place(k *ctKey, tag uint64, b *[2]*ctBucket[S, P], h *[2]uint64, now Tick, c *ConnTable, st *connStripe) (res InsertResult, x, j int) {
+// untrusted entry, else a slot it frees by moving an entry to that
+// entry's other bucket (move; bi are the buckets' indices). It counts
+// reclaimed and evicted entries; the caller counts the outcome.
+func (t *ctTable[S, P]) place(k *ctKey, tag uint64, b *[2]*ctBucket[S, P], h *[2]uint64, bi [2]uint64, now Tick, c *ConnTable, st *connStripe) (res InsertResult, x, j int) {
 	for x := range 2 {
 		if j := b[x].find(h[x], k, tag); j >= 0 {
 			if ctIdle(now, ctSeen(b[x].val(j).Load()), c.timeout[ctClass(h[x], j)]) {
@@ -625,6 +629,9 @@ func (t *ctTable[S, P]) place(k *ctKey, tag uint64, b *[2]*ctBucket[S, P], h *[2
 	}
 	switch {
 	case bestX < 0:
+		if y, j, ok := t.move(b, h, bi, c); ok {
+			return InsertNew, y, j
+		}
 		return InsertRefused, 0, -1
 	case bestExpired:
 		st.expired.Add(1)

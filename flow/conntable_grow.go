@@ -10,33 +10,44 @@ import "runtime"
 // 32 KiB, 256 IPv4 buckets (a thousand flows at the table's load).
 const ctGrowFrom = 32 << 10
 
-// The geometry of the part in use, one word: bits 0..7 hold lg, bits 8..
-// the split pointer s, with m = 1<<lg and s < m. Buckets [0, m+s) are in
-// use; bucket a < s has been split into a and a+m. A key word x maps to
-// x mod m, or to x mod 2m if x mod m < s (ctAddr): splitting bucket s
-// moves just the keys of s whose bit lg is set, to s+m.
+// The geometry of the part in use, one word: bits 0..7 hold lg, bits
+// 8..47 the split pointer s, with m = 1<<lg and s < m. Buckets [0, m+s)
+// are in use; bucket a < s has been split into a and a+m. A key word x
+// maps to x mod m, or to x mod 2m if x mod m < s (ctAddr): splitting
+// bucket s moves just the keys of s whose bit lg is set, to s+m. Bits
+// 48..63 count the entries moved to their other bucket (ctTable.move),
+// modulo 1<<16: a reader that misses looks at the whole word again, so
+// that it also looks again after a move (see ConnTable, Growth).
 func ctGeo(lg, s uint64) uint64 { return s<<8 | lg }
 
+// ctShapeBits masks a geometry word's shape (lg and s), without the
+// count of moves.
+const ctShapeBits = 1<<48 - 1
+
+// ctMoved is one move in a geometry word's count of moves.
+const ctMoved = 1 << 48
+
 // ctActive returns the buckets in use under geometry g.
-func ctActive(g uint64) uint64 { return 1<<(g&0xff) + g>>8 }
+func ctActive(g uint64) uint64 { return 1<<(g&0xff) + g&ctShapeBits>>8 }
 
 // ctAddr returns the bucket of key word x under geometry g.
 func ctAddr(x, g uint64) uint64 {
 	m := uint64(1) << (g & 0xff)
 	a := x & (m - 1)
-	if a < g>>8 {
+	if a < g&ctShapeBits>>8 {
 		a = x & (2*m - 1)
 	}
 	return a
 }
 
-// ctSplitGeo returns the geometry after bucket g's split pointer splits.
+// ctSplitGeo returns the geometry after bucket g's split pointer splits
+// (the count of moves kept).
 func ctSplitGeo(g uint64) uint64 {
-	lg, s := g&0xff, g>>8
+	lg, s := g&0xff, g&ctShapeBits>>8
 	if s+1 == 1<<lg {
-		return ctGeo(lg+1, 0)
+		return g&^ctShapeBits | ctGeo(lg+1, 0)
 	}
-	return ctGeo(lg, s+1)
+	return g&^ctShapeBits | ctGeo(lg, s+1)
 }
 
 // entries returns the entries the table holds, idle ones included, from
@@ -159,7 +170,7 @@ const ctSlack = 1
 // bucket knows the geometry cannot move its keys (ctTable.insert). It
 // reports false, changing nothing, if a writer held s.
 func (t *ctTable[S, P]) split(g uint64, c *ConnTable) bool {
-	m, s := uint64(1)<<(g&0xff), g>>8
+	m, s := uint64(1)<<(g&0xff), g&ctShapeBits>>8
 	next := ctSplitGeo(g)
 	src, dst := &t.b[s], &t.b[s+m]
 	hs, ok := src.tryLock()

@@ -378,18 +378,21 @@ func TestConnTableGrowBeforeRefusing(t *testing.T) {
 // TestConnTableGrowsPastFullBuckets: an insert that finds both its
 // buckets full while the table is still growing splits more buckets than
 // the count of entries asks for, and is stored: a table filled to half of
-// its Capacity refuses nothing. Linear hashing splits buckets in order,
-// and the ones a round has not split yet hold twice the mean; growing
-// only to the count, 24–34 of 10,000 such fills refused a flow (here: the
-// table's placement fixed by a fleet hash per seed, so each seed's fill is
-// the same every run).
+// its Capacity refuses nothing, and needs no move (ctTable.move) for it.
+// Linear hashing splits buckets in order, and the ones a round has not
+// split yet hold twice the mean; growing only to the count, 24–34 of
+// 10,000 such fills refused a flow. The table's seed is fixed per fill
+// (ctSeed), so each fill is the same every run: with the table's random
+// seed, about one fill in 600,000 finds two full buckets in the fully
+// grown table, which TestConnTableMovesBeforeRefusing covers.
 func TestConnTableGrowsPastFullBuckets(t *testing.T) {
 	const seeds, fill = 1500, 500
-	refused := 0
+	refused, moves := 0, uint64(0)
 	for seed := range uint64(seeds) {
 		h := NewHasher(seed)
 		ct, err := NewConnTable(ConnTableConfig{Capacity: 4096, IPv6Capacity: 2 * fill, Hasher: &h})
 		require.NoError(t, err)
+		ctSeed(ct, seed)
 		for i := range uint32(fill) {
 			k := ctKeyOf(6, i)
 			if !ct.Insert(&k, i+1, ClassUDP, 10).Stored() {
@@ -398,6 +401,87 @@ func TestConnTableGrowsPastFullBuckets(t *testing.T) {
 				break
 			}
 		}
+		moves += ct.Stats().Moves
 	}
 	require.Zero(t, refused, "fills of %d seeds that refused a flow at half of Capacity", seeds)
+	require.Zero(t, moves, "entries moved in fills of %d seeds: growth alone should make room", seeds)
+}
+
+// TestConnTableMovesBeforeRefusing: an insert whose two buckets are full
+// of live proven entries moves one of them to its other bucket and is
+// stored, and every entry stays found. The two fills are ones a search of
+// 1.2M random ones found refusing a flow at under half of Capacity before
+// moves, with the table fully grown (0.17 entries per slot).
+func TestConnTableMovesBeforeRefusing(t *testing.T) {
+	const fill = 500
+	for _, seed := range []uint64{1084248, 1328682} {
+		h := NewHasher(seed)
+		ct, err := NewConnTable(ConnTableConfig{Capacity: 4096, IPv6Capacity: 2 * fill, Hasher: &h})
+		require.NoError(t, err)
+		ctSeed(ct, seed*7919+1)
+		for i := range uint32(fill) {
+			k := ctKeyOf(6, i)
+			require.True(t, ct.Insert(&k, i+1, ClassUDP, 10).Stored(), "seed %d: flow %d refused with %d stored", seed, i, ct.Len())
+			// Every move changes the geometry word, so that a lookup that
+			// missed the entry between its two buckets looks again.
+			require.Equal(t, ct.Stats().Moves, ct.v6.geo.Load()>>48, "seed %d: moves against the geometry's count", seed)
+		}
+		s := ct.Stats()
+		require.NotZero(t, s.Moves, "seed %d", seed)
+		require.Equal(t, fill, s.Entries)
+		require.Equal(t, fill, s.Proven)
+		for i := range uint32(fill) {
+			k := ctKeyOf(6, i)
+			be, cls, ok := ct.Lookup(&k, 10)
+			require.True(t, ok, "seed %d: flow %d lost", seed, i)
+			require.Equal(t, i+1, be)
+			require.Equal(t, ClassUDP, cls)
+		}
+	}
+}
+
+// TestConnTableRangeHoldsMoves: a walk whose callback fills the table
+// with proven flows, so that inserts find both their buckets full, moves
+// no entry (a move during the walk could carry an entry from a bucket the
+// walk has not read to one it has), and reports every flow stored before
+// it exactly once; inserts after the walk move entries again.
+func TestConnTableRangeHoldsMoves(t *testing.T) {
+	ct := newCT(t, ConnTableConfig{Capacity: 1024, Preallocate: true})
+	const old = 900
+	for i := range uint32(old) {
+		k := ctKey4(i)
+		require.Equal(t, InsertNew, ct.Insert(&k, i, ClassEstablished, 0))
+	}
+	before := ct.Stats().Moves
+	seen := make([]int, old)
+	next := uint32(old)
+	refused := 0
+	ct.Range(func(k Key, b uint32, _ StateClass, _ Tick) bool {
+		if b < old {
+			seen[b]++
+		}
+		for range 2 {
+			k := ctKey4(next)
+			if !ct.Insert(&k, next, ClassEstablished, 0).Stored() {
+				refused++
+			}
+			next++
+		}
+		return true
+	})
+	for id, n := range seen {
+		require.Equal(t, 1, n, "flow %d reported %d times", id, n)
+	}
+	require.NotZero(t, refused, "the walk's inserts found full buckets")
+	require.Equal(t, before, ct.Stats().Moves, "entries moved during the walk")
+	// The same inserts without a walk move entries: the walk held them.
+	for id := uint32(old); id < next; id++ {
+		k := ctKey4(id)
+		ct.Delete(&k)
+	}
+	for id := uint32(old); id < next; id++ {
+		k := ctKey4(id)
+		ct.Insert(&k, id, ClassEstablished, 0)
+	}
+	require.Greater(t, ct.Stats().Moves, before, "the inserts moved nothing without the walk either: the test shows nothing")
 }

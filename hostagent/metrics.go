@@ -70,6 +70,7 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descNATEv, ns.NewFlows, "new")
 	counter(descNATEv, ns.Promoted, "promoted")
 	counter(descNATEv, cs.PromoteRefused, "promote_refused")
+	counter(descNATEv, cs.Moves, "move")
 	gauge(descNATClass, float64(max(cs.Entries-cs.Proven, 0)), "untrusted")
 	gauge(descNATClass, float64(cs.Proven), "proven")
 	counter(descNATEv, ns.DirectFlows, "direct")

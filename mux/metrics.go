@@ -89,6 +89,7 @@ func (c muxCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descConnEv, cs.Expired, "expired")
 		counter(descConnEv, cs.Busy, "busy")
 		counter(descConnEv, cs.PromoteRefused, "promote_refused")
+		counter(descConnEv, cs.Moves, "move")
 		gauge(descConnClass, float64(max(cs.Entries-cs.Proven, 0)), "untrusted")
 		gauge(descConnClass, float64(cs.Proven), "proven")
 	}
