@@ -164,6 +164,12 @@ type hopEntry struct {
 	dst    header.MAC
 }
 
+// holds reports whether h is destination a0, a1 of family's entry of
+// generation gen.
+func (h *hopEntry) holds(gen uint32, a0, a1 uint64, family uint8) bool {
+	return h.gen == gen && h.family == family && h.a0 == a0 && h.a1 == a1
+}
+
 // hopIndex places a destination in a hopCache.
 func hopIndex(a0, a1 uint64, family uint8) uint64 {
 	return ((a0 ^ a1 ^ uint64(family)) * 0x9e3779b97f4a7c15) >> (64 - hopCacheBits)
@@ -296,7 +302,7 @@ func (ps *Pass) Touch4(dst [4]byte) {
 	}
 	a1 := uint64(binary.LittleEndian.Uint32(dst[:]))
 	h := &ps.e[hopIndex(0, a1, 4)&ps.mask]
-	if h.gen != ps.gen || h.family != 4 || h.a0 != 0 || h.a1 != a1 {
+	if !h.holds(ps.gen, 0, a1, 4) {
 		ps.s.fill(h, 0, a1, 4, ps.gen)
 	}
 }
@@ -314,7 +320,7 @@ func (ps *Pass) Packet(p *engine.Packet) engine.DropReason {
 	if ps.e != nil {
 		h = &ps.e[hopIndex(a0, a1, family)&ps.mask]
 	}
-	if h.gen != ps.gen || h.family != family || h.a0 != a0 || h.a1 != a1 {
+	if !h.holds(ps.gen, a0, a1, family) {
 		if ps.missReason != 0 && ps.missFamily == family && ps.missA0 == a0 && ps.missA1 == a1 {
 			return s.miss(p, ps.missReason)
 		}
