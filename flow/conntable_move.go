@@ -25,8 +25,10 @@ const ctMoveTries = 4
 // miss finds the word changed and looks again, as after a split.
 //
 // Only a would-be refusal moves: an insert that may evict an untrusted
-// entry evicts it instead, which keeps the cost of a flood's inserts into
-// a full table as it was (see ConnTable, Eviction).
+// entry evicts it instead. So a flood's inserts into a full table pay for
+// a move's look (up to ctMoveTries hashes and other buckets) only where
+// both buckets hold live proven flows alone, which the proven entries'
+// cap keeps rare (see ConnTable, Eviction; ConnTableConfig.ProvenShare).
 func (t *ctTable[S, P]) move(b *[2]*ctBucket[S, P], h *[2]uint64, bi [2]uint64, c *ConnTable) (y, j int, ok bool) {
 	if !t.growing.CompareAndSwap(false, true) {
 		return 0, 0, false
