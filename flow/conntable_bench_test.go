@@ -154,25 +154,35 @@ func BenchmarkConnTableOps(b *testing.B) {
 	}
 }
 
-// BenchmarkConnTableFill measures building a table of n flows from empty.
+// BenchmarkConnTableFill measures building a table of n flows from empty,
+// to its Capacity, with established flows (none evictable), and reports
+// per fill the flows refused and the entries moved to make room.
 func BenchmarkConnTableFill(b *testing.B) {
 	for _, flows := range []int{1 << 20} {
 		keys := make([]Key, flows)
 		for i := range keys {
 			keys[i] = ctBenchKey(uint32(i))
 		}
-		b.Run("flows="+strconv.Itoa(flows), func(b *testing.B) {
-			b.ReportAllocs()
-			for range b.N {
-				ct := newCT(b, ConnTableConfig{Capacity: flows})
-				for i := range keys {
-					ct.Insert(&keys[i], uint32(i), ClassEstablished, 0)
+		for _, lay := range ctBenchLayouts {
+			b.Run("flows="+strconv.Itoa(flows)+"/layout="+lay.name, func(b *testing.B) {
+				b.ReportAllocs()
+				var refused, moves uint64
+				for range b.N {
+					ct := newCT(b, ConnTableConfig{Capacity: flows, Preallocate: lay.pre})
+					for i := range keys {
+						ct.Insert(&keys[i], uint32(i), ClassEstablished, 0)
+					}
+					if ct.Len() < flows*999/1000 {
+						b.Fatalf("len %d", ct.Len())
+					}
+					s := ct.Stats()
+					refused += s.Refused
+					moves += s.Moves
 				}
-				if ct.Len() < flows*999/1000 {
-					b.Fatalf("len %d", ct.Len())
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(flows), "ns/insert")
-		})
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(flows), "ns/insert")
+				b.ReportMetric(float64(refused)/float64(b.N), "refused/fill")
+				b.ReportMetric(float64(moves)/float64(b.N), "moves/fill")
+			})
+		}
 	}
 }
