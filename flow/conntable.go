@@ -261,8 +261,14 @@ func NewConnTable(cfg ConnTableConfig) (*ConnTable, error) {
 	t.v4.init(ctBucketsFor(cfg.Capacity, grow), cfg.Preallocate, cfg.start, provenLimit(cfg.Capacity, cfg.ProvenShare), 0)
 	t.v6.init(ctBucketsFor(cfg.IPv6Capacity, grow), cfg.Preallocate, cfg.start, provenLimit(cfg.IPv6Capacity, cfg.ProvenShare), ctStripes/2)
 	t.stripes = ctAligned[connStripe](ctStripes)
+	seed := cfg.Seed
 	for i := range t.seed {
-		t.seed[i] = rand.Uint64() | 1
+		if cfg.Seed == 0 {
+			t.seed[i] = rand.Uint64() | 1
+			continue
+		}
+		seed += 0x9e3779b97f4a7c15 // golden-ratio steps: distinct, odd words
+		t.seed[i] = ctMum(seed, 0xbf58476d1ce4e5b9) | 1
 	}
 	if cfg.Hasher != nil {
 		h := *cfg.Hasher

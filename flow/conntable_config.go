@@ -58,6 +58,13 @@ type ConnTableConfig struct {
 	// (up to twice the memory when full) and a few microseconds of
 	// splitting every few dozen inserts until the table is fully grown.
 	Preallocate bool
+	// Seed, if not 0, is the table's placement key instead of a random
+	// one: two tables with the same Seed, Hasher and sizes given the same
+	// operations place every key alike, and so store, evict and refuse
+	// alike (for tests that compare two pipelines, and reproducible
+	// benchmarks). Leave it 0 in a node: a sender who knows the key can
+	// aim its flows at one bucket pair.
+	Seed uint64
 
 	// start, for tests: the buckets of each family a growing table starts
 	// with in use (a power of two); 0 selects ctGrowFrom bytes' worth.

@@ -485,3 +485,28 @@ func TestConnTableRangeHoldsMoves(t *testing.T) {
 	}
 	require.Greater(t, ct.Stats().Moves, before, "the inserts moved nothing without the walk either: the test shows nothing")
 }
+
+// TestConnTableSeed: two tables with one Seed, given the same inserts
+// (past their Capacity, so that they evict and refuse), hold the same
+// flows in the same places; another Seed places them elsewhere.
+func TestConnTableSeed(t *testing.T) {
+	fill := func(seed uint64) (keys []Key, st ConnTableStats) {
+		ct := newCT(t, ConnTableConfig{Capacity: 256, Seed: seed})
+		for i := range uint32(1000) {
+			k := ctKeyOf(4+2*int(i%5/4), i)
+			ct.Insert(&k, i, StateClass(i%4), Tick(i))
+		}
+		ct.Range(func(k Key, _ uint32, _ StateClass, _ Tick) bool {
+			keys = append(keys, k)
+			return true
+		})
+		return keys, ct.Stats()
+	}
+	a, sa := fill(7)
+	b, sb := fill(7)
+	require.Equal(t, a, b, "the same seed, the same flows in the same places")
+	require.Equal(t, sa, sb)
+	require.NotZero(t, sa.Evictions+sa.Refused, "the fills should have run out of room")
+	c, _ := fill(8)
+	require.NotEqual(t, a, c, "another seed places the flows elsewhere")
+}
