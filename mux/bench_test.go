@@ -162,8 +162,14 @@ func muxConnTable(tb testing.TB, flows int) *flow.ConnTable {
 // muxConnTableLayout is muxConnTable, preallocated if pre
 // (flow.ConnTableConfig.Preallocate).
 func muxConnTableLayout(tb testing.TB, flows int, pre bool) *flow.ConnTable {
+	return muxConnTableSeeded(tb, flows, pre, 0)
+}
+
+// muxConnTableSeeded is muxConnTableLayout with the table's placement key
+// seed (flow.ConnTableConfig.Seed; 0: random, as in a node).
+func muxConnTableSeeded(tb testing.TB, flows int, pre bool, seed uint64) *flow.ConnTable {
 	c := flows + flows/4
-	ct, err := newConnTable(flow.ConnTableConfig{Capacity: c, IPv6Capacity: c / 4, Preallocate: pre}, benchSeed) // as the Mux builds it
+	ct, err := newConnTable(flow.ConnTableConfig{Capacity: c, IPv6Capacity: c / 4, Preallocate: pre, Seed: seed}, benchSeed) // as the Mux builds it
 	require.NoError(tb, err)
 	return ct
 }

@@ -37,14 +37,18 @@ func newFusedPair(tb testing.TB) *fusedPair {
 }
 
 // newFusedPairWith is newFusedPair with the options o, whose clock it
-// sets, and connection tables for flows flows. Keep the flows sent below
-// the table's Capacity: each table places keys with a random key of its
-// own, so the two evict differently once full.
+// sets, and connection tables for flows flows. The two tables share one
+// placement key (flow.ConnTableConfig.Seed), so that they store, evict
+// and refuse alike however full they get: with a random key each, a
+// long FuzzFused run filled them until one evicted a flow the other
+// kept, a difference of the tables and not of the pipelines.
 func newFusedPairWith(tb testing.TB, o muxStagesOpts, flows int) *fusedPair {
 	doc := benchDocument(tb)
 	fp := &fusedPair{now: int64(time.Hour)}
 	o.clock = func() int64 { return fp.now }
-	fp.ct1, fp.ct2 = muxConnTable(tb, flows), muxConnTable(tb, flows)
+	seed := rand.Uint64() | 1 // each run its own, both tables the same
+	tb.Logf("the connection tables' seed: %#x", seed)
+	fp.ct1, fp.ct2 = muxConnTableSeeded(tb, flows, false, seed), muxConnTableSeeded(tb, flows, false, seed)
 	fp.sepMS, fp.ctl1 = newTestMuxStages(tb, doc, fp.ct1, o)
 	fp.fusMS, fp.ctl2 = newTestMuxStages(tb, doc, fp.ct2, o)
 	f, err := newFused(fp.fusMS)
@@ -181,7 +185,8 @@ func TestFusedAgrees(t *testing.T) {
 // mode's bits b, a again, and a bench flow (a TCP or UDP frame the fused
 // path takes), through both; the clock moves by mode's top bits between
 // inputs. The pair is built once per process, so state carries over
-// between inputs, alike in both.
+// between inputs, alike in both (and Go's minimization of each new input
+// runs to its 60 s limit: fuzz with -fuzzminimizetime 3s, see README).
 func FuzzFused(f *testing.F) {
 	seeds := muxFuzzSeeds(f)
 	for i, s := range seeds {
