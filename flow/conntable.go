@@ -200,9 +200,10 @@ type connStripe struct {
 // An Insert whose two buckets are full takes, in order: an entry idle past
 // its class's timeout (the longest idle first), else the least recently
 // seen ClassUntrusted entry, else the slot of an entry it moves to that
-// entry's other bucket (of up to 4 entries, the first whose other bucket
-// has room; Stats.Moves; lookups look again after a move as after a
-// split), else it refuses. Established, closing and UDP flows are never
+// entry's other bucket, into a free slot or over the entry an insert
+// there would take (the first of its ten entries that can move;
+// Stats.Moves; lookups look again after a move as after a split), else it
+// refuses. Established, closing and UDP flows are never
 // evicted while live. Nothing loops unboundedly and nothing allocates.
 // Age removes idle entries in the background, a bounded number of slots
 // per call.

@@ -607,38 +607,29 @@ func (t *ctTable[S, P]) place(k *ctKey, tag uint64, b *[2]*ctBucket[S, P], h *[2
 		}
 		return InsertNew, 0, ctSlot(^o0 & ctLanes)
 	}
-	// Both full. Score every slot: an expired entry beats any live one, and
-	// among equals the longest idle loses its slot.
-	bestX, bestJ, bestAge, bestExpired := -1, -1, uint32(0), false
-	for y := range 2 {
-		for s := range ctSlots {
-			cl := ctClass(h[y], s)
-			seen := ctSeen(b[y].val(s).Load())
-			age := uint32(now - seen)
-			if int32(age) < 0 {
-				age = 0
-			}
-			exp := age > c.timeout[cl]
-			if !exp && cl != ClassUntrusted {
-				continue
-			}
-			if bestX < 0 || exp && !bestExpired || exp == bestExpired && age > bestAge {
-				bestX, bestJ, bestAge, bestExpired = y, s, age, exp
-			}
-		}
+	// Both full: the better victim of the two (an expired entry beats any
+	// live one, and among equals the longest idle loses its slot; the
+	// first bucket's on a tie).
+	x, v := 0, b[0].victim(h[0], now, c)
+	if v1 := b[1].victim(h[1], now, c); v1.beats(v) {
+		x, v = 1, v1
 	}
 	switch {
-	case bestX < 0:
-		if y, j, ok := t.move(b, h, bi, c); ok {
-			return InsertNew, y, j
+	case v.j < 0:
+		y, j, evicted, ok := t.move(b, h, bi, now, c)
+		switch {
+		case !ok:
+			return InsertRefused, 0, -1
+		case evicted:
+			return InsertEvicted, y, j
 		}
-		return InsertRefused, 0, -1
-	case bestExpired:
+		return InsertNew, y, j
+	case v.expired:
 		st.expired.Add(1)
 	default:
 		st.evictions.Add(1)
 	}
-	return InsertEvicted, bestX, bestJ
+	return InsertEvicted, x, v.j
 }
 
 // setClass implements ConnTable.SetClass for one key width.

@@ -381,9 +381,12 @@ func ctConcurrent(t *testing.T, ct *ConnTable, keys, workers, iters, ageEvery in
 
 	// Quiescent: the structure must be consistent.
 	seen := map[Key]bool{}
-	n := 0
+	n, proven := 0, 0
 	ct.Range(func(k Key, backend uint32, class StateClass, _ Tick) bool {
 		n++
+		if class != ClassUntrusted {
+			proven++
+		}
 		require.False(t, seen[k], "key stored twice: %v", k)
 		seen[k] = true
 		id := backend >> 8
@@ -400,6 +403,7 @@ func ctConcurrent(t *testing.T, ct *ConnTable, keys, workers, iters, ageEvery in
 	})
 	st := ct.Stats()
 	require.Equal(t, n, st.Entries, "counters agree with the contents: %+v", st)
+	require.Equal(t, proven, st.Proven, "the count of proven entries agrees with the contents: %+v", st)
 	require.LessOrEqual(t, n, ct.Cap())
 	// Every bucket is unlocked.
 	for i := range ct.v4.b {

@@ -1,20 +1,59 @@
 package flow
 
-// This file holds the last resort of an insert whose two buckets are full
-// of live proven entries: moving one of those entries to its other bucket
-// (a cuckoo move), so that the new key takes its slot instead of being
-// refused.
+// This file holds what an insert whose two buckets are full may take: a
+// victim (an expired entry, else the least recently seen untrusted one),
+// and, when both buckets hold only live proven entries, a slot freed by
+// moving one of them to its other bucket (a cuckoo move), so that the
+// new key is not refused while the table has room one hop away.
 
-// ctMoveTries bounds the entries an insert looks at for a move: each
-// costs a hash of the entry's key and a look at its other bucket (a
-// cache miss in a large table).
-const ctMoveTries = 4
+// ctVictim is the slot an insert may take in a full bucket: j < 0 for
+// none.
+type ctVictim struct {
+	j       int
+	age     uint32 // ticks since the entry was last seen
+	expired bool   // idle past its class's timeout
+}
+
+// victim returns the slot of full bucket b (header h) an insert may take:
+// an entry idle past its class's timeout (the longest idle first), else
+// the least recently seen untrusted entry; none when every entry is live
+// and proven.
+func (b *ctBucket[S, P]) victim(h uint64, now Tick, c *ConnTable) ctVictim {
+	v := ctVictim{j: -1}
+	for s := range ctSlots {
+		cl := ctClass(h, s)
+		age := uint32(now - ctSeen(b.val(s).Load()))
+		if int32(age) < 0 {
+			age = 0
+		}
+		w := ctVictim{s, age, age > c.timeout[cl]}
+		if (w.expired || cl == ClassUntrusted) && w.beats(v) {
+			v = w
+		}
+	}
+	return v
+}
+
+// beats reports whether v is a better victim than o: o is none, or v is
+// expired and o is not, or both are alike and v has been idle longer.
+func (v ctVictim) beats(o ctVictim) bool {
+	return o.j < 0 || v.expired && !o.expired || v.expired == o.expired && v.age > o.age
+}
+
+// ctMoveTries bounds the entries an insert looks at for a move: all of
+// its two buckets'. Each costs a hash of the entry's key and a look at its
+// other bucket (a cache miss in a large table), paid only by an insert
+// that would otherwise be refused.
+const ctMoveTries = 2 * ctSlots
 
 // move frees a slot in one of an insert's full buckets b (indices bi,
 // headers h, all held) by moving one of its entries to that entry's other
-// bucket, if that bucket has a free slot and no other writer holds it. It
-// reports the bucket and slot freed; h holds the freed slot's bucket's
-// header with the slot cleared, which the caller fills and unlocks.
+// bucket: into a free slot there, else over that bucket's victim (an
+// expired or untrusted entry, which an insert there could have taken as
+// well: evicted reports it, and the eviction is counted), if no other
+// writer holds the bucket. It reports the bucket and slot freed; h holds
+// the freed slot's bucket's header with the slot cleared, which the
+// caller fills and unlocks.
 //
 // A move takes the growing flag, as a split does: it cannot run during a
 // split (whose geometry it computes the other bucket by) or a walk (which
@@ -26,16 +65,16 @@ const ctMoveTries = 4
 //
 // Only a would-be refusal moves: an insert that may evict an untrusted
 // entry evicts it instead. So a flood's inserts into a full table pay for
-// a move's look (up to ctMoveTries hashes and other buckets) only where
-// both buckets hold live proven flows alone, which the proven entries'
-// cap keeps rare (see ConnTable, Eviction; ConnTableConfig.ProvenShare).
-func (t *ctTable[S, P]) move(b *[2]*ctBucket[S, P], h *[2]uint64, bi [2]uint64, c *ConnTable) (y, j int, ok bool) {
+// a move's look only where both buckets hold live proven flows alone,
+// which the proven entries' cap keeps rare (about one new key in 30,000
+// at the cap; see ConnTableConfig.ProvenShare).
+func (t *ctTable[S, P]) move(b *[2]*ctBucket[S, P], h *[2]uint64, bi [2]uint64, now Tick, c *ConnTable) (y, j int, evicted, ok bool) {
 	if !t.growing.CompareAndSwap(false, true) {
-		return 0, 0, false
+		return 0, 0, false, false
 	}
 	defer t.growing.Store(false)
 	if t.ranging.Load() != 0 { // a walk holds placement still (holdGrowth)
-		return 0, 0, false
+		return 0, 0, false, false
 	}
 	g := t.geo.Load()
 	v6 := ctKeyWords[S]() == 5
@@ -56,26 +95,39 @@ func (t *ctTable[S, P]) move(b *[2]*ctBucket[S, P], h *[2]uint64, bi [2]uint64, 
 				continue // placed by a hash this table does not compute
 			}
 			if alt == bi[1-y] {
-				continue // the other full bucket
+				continue // the other full bucket, held
 			}
 			d := &t.b[alt]
 			hd, locked := d.tryLock()
 			if !locked {
 				continue
 			}
-			if ctOcc(hd) == ctLanes {
+			f := -1
+			if occ := ctOcc(hd); occ != ctLanes {
+				f = ctSlot(^occ & ctLanes)
+			} else if v := d.victim(hd, now, c); v.j >= 0 {
+				f, evicted = v.j, true
+				if ctProven(ctClass(hd, f)) { // an expired proven entry
+					t.proven.Add(-1)
+				}
+				if st := t.stripe(c, alt); v.expired {
+					st.expired.Add(1)
+				} else {
+					st.evictions.Add(1)
+				}
+			}
+			if f < 0 {
 				d.unlockUnchanged(hd)
 				continue
 			}
-			f := ctSlot(^ctOcc(hd) & ctLanes)
 			d.store(f, &k, b[y].val(j).Load())
 			hd = ctSet(hd, f, h[y]>>(ctTagShift+4*j)&0xf, ctClass(h[y], j))
 			h[y] = ctClear(h[y], j)
 			t.geo.Store(g + ctMoved)
 			d.unlock(hd)
 			t.moves.Add(1)
-			return y, j, true
+			return y, j, evicted, true
 		}
 	}
-	return 0, 0, false
+	return 0, 0, false, false
 }
