@@ -460,9 +460,9 @@ func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, g, i1, i2 uint64, now Tick, c
 		// early. A CAS and not a store: if a writer replaced the slot since
 		// the read, the value word differs and the refresh is dropped
 		// instead of writing this flow's backend over the new entry. (If a
-		// split moved the entry since the read, the CAS lands on the slot
-		// it left, which is free; the moved entry is refreshed by the
-		// flow's next packet.)
+		// split or a move carried the entry away since the read, the CAS
+		// lands on the slot it left, which is free, and reports a refresh
+		// the entry did not get; the flow's next lookup refreshes it.)
 		refreshed = b.val(j).CompareAndSwap(v, v&^(1<<32-1)|uint64(now))
 	}
 	return ctBackend(v), cls, Tick(seen), refreshed, true
