@@ -128,11 +128,8 @@ func (t *ConnTable) RefreshAfter(c StateClass) Tick {
 // LookupPreparedSeen is LookupPreparedAge that also returns the entry's
 // last-seen tick as the lookup leaves it: now when it refreshed the entry
 // (see RefreshAfter), else the tick it holds — also when the refresh was
-// lost to a writer at the same moment. If a split or a move carried the
-// entry to another slot at that moment, it returns now though the entry
-// kept its older tick; the flow's next lookup refreshes it (a caller that
-// waits RefreshAfter for that lookup may find an entry that was close to
-// its timeout expired). A caller that keeps the flow's
+// lost to a writer, a split or a move at the same moment, which the
+// flow's next lookup makes up for. A caller that keeps the flow's
 // decision between lookups (the Mux's fast path) looks up again once the
 // entry would lag by more than RefreshAfter from this tick.
 func (t *ConnTable) LookupPreparedSeen(q *ConnQuery, now Tick) (backend uint32, class StateClass, age, seen Tick, ok bool) {

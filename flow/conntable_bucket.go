@@ -459,11 +459,15 @@ func (t *ctTable[S, P]) lookupFrom(k *ctKey, hash, g, i1, i2 uint64, now Tick, c
 		// per timeout, not per packet, and an entry expires at most 3%
 		// early. A CAS and not a store: if a writer replaced the slot since
 		// the read, the value word differs and the refresh is dropped
-		// instead of writing this flow's backend over the new entry. (If a
+		// instead of writing this flow's backend over the new entry. If a
 		// split or a move carried the entry away since the read, the CAS
-		// lands on the slot it left, which is free, and reports a refresh
-		// the entry did not get; the flow's next lookup refreshes it.)
-		refreshed = b.val(j).CompareAndSwap(v, v&^(1<<32-1)|uint64(now))
+		// lands on the slot it left, which is free, and the entry keeps
+		// its tick: the header, which every writer that moves an entry
+		// changes, says whether one did, and then the refresh is not
+		// reported (the flow's next lookup makes it up), so that a caller
+		// keeping the tick (LookupPreparedSeen) is never told a newer one
+		// than the entry holds.
+		refreshed = b.val(j).CompareAndSwap(v, v&^(1<<32-1)|uint64(now)) && b.hdr.Load() == h
 	}
 	return ctBackend(v), cls, Tick(seen), refreshed, true
 }
