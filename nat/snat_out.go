@@ -230,8 +230,8 @@ func (s *SNAT) connect(sb *snatBatch, d *outDIP, k *flow.Key, q *flow.ConnQuery,
 			continue // taken towards this remote endpoint
 		}
 		switch res := s.ret.ClaimPrepared(&rq, want, flow.ClassUntrusted, sb.now); {
-		case res == flow.InsertTaken:
-			continue
+		case res == flow.InsertTaken, res == flow.InsertBusy:
+			continue // taken, or another worker holds its bucket: the next candidate
 		case !res.Stored():
 			c[cSNAT+sRefused]++
 			return 0, DropSNATTable

@@ -375,7 +375,11 @@ func TestSNATStateRefresh(t *testing.T) {
 }
 
 // TestSNATConcurrent: workers opening connections from one DIP to one
-// remote endpoint at once never share a port. Run with -race.
+// remote endpoint at once never share a port. Run with -race. A SYN may
+// be dropped when another worker holds the bucket of its outgoing entry
+// for longer than a try-lock's spins (four workers on this machine's two
+// cores: a holder descheduled mid-write; 7–17 runs in 150 dropped one or
+// two): it is counted as refused, and the table counts the busy bucket.
 func TestSNATConcurrent(t *testing.T) {
 	e := newSNATEnv(t, defaultSections(), alloc(vipO, 2048, 2048+1023, dipA, vni))
 	const workers, per = 4, 48
@@ -405,9 +409,14 @@ func TestSNATConcurrent(t *testing.T) {
 	for _, g := range got {
 		all = append(all, g...)
 	}
-	require.Len(t, all, workers*per)
+	st := e.s.Stats()
+	out, _ := e.s.Tables()
+	require.EqualValues(t, workers*per, uint64(len(all))+st.Refused, "every SYN sent or counted refused: %+v", st)
+	require.LessOrEqual(t, st.Refused, out.Stats().Busy, "refused only for a busy bucket")
+	require.Less(t, int(st.Refused), per, "most SYNs sent")
+	n := len(all)
 	slices.Sort(all)
-	require.Len(t, slices.Compact(all), workers*per, "a port handed out twice")
+	require.Len(t, slices.Compact(all), n, "a port handed out twice")
 }
 
 // TestSNATNoAllocs: outgoing and returning translation of established
