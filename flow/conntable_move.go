@@ -34,10 +34,11 @@ func (b *ctBucket[S, P]) victim(h uint64, now Tick, c *ConnTable) ctVictim {
 	return v
 }
 
-// beats reports whether v is a better victim than o: o is none, or v is
-// expired and o is not, or both are alike and v has been idle longer.
+// beats reports whether v is a better victim than o: v is one, and o is
+// none, or v is expired and o is not, or both are alike and v has been
+// idle longer.
 func (v ctVictim) beats(o ctVictim) bool {
-	return o.j < 0 || v.expired && !o.expired || v.expired == o.expired && v.age > o.age
+	return v.j >= 0 && (o.j < 0 || v.expired && !o.expired || v.expired == o.expired && v.age > o.age)
 }
 
 // ctMoveTries bounds the entries an insert looks at for a move: all of

@@ -70,3 +70,32 @@ func TestConnTableMovesUnderLookups(t *testing.T) {
 		}
 	}
 }
+
+// TestCtVictimBeats: the order in which an insert picks a victim: any
+// victim over none, an expired one over a live one, then the longest
+// idle; none never beats anything, and equals do not replace each other.
+func TestCtVictimBeats(t *testing.T) {
+	none := ctVictim{j: -1}
+	live := func(age uint32) ctVictim { return ctVictim{j: 1, age: age} }
+	expired := func(age uint32) ctVictim { return ctVictim{j: 2, age: age, expired: true} }
+	tests := []struct {
+		name string
+		v, o ctVictim
+		want bool
+	}{
+		{"some over none", live(0), none, true},
+		{"none over some", none, live(0), false},
+		{"none over none", none, none, false},
+		{"expired over live", expired(1), live(100), true},
+		{"live over expired", live(100), expired(1), false},
+		{"longer idle live", live(5), live(4), true},
+		{"shorter idle live", live(4), live(5), false},
+		{"equal live", live(5), live(5), false},
+		{"longer idle expired", expired(9), expired(8), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, tt.v.beats(tt.o))
+		})
+	}
+}
