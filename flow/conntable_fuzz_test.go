@@ -156,7 +156,16 @@ func FuzzConnTable(f *testing.F) {
 					}
 					evictable++
 				}
+				moves := ct.Stats().Moves
 				res := ct.Insert(k, uint32(arg), cls, now)
+				// With no candidate in its window, an insert moves an entry
+				// of its buckets to that entry's other bucket: into a free
+				// slot (InsertNew), or over an expired or untrusted entry
+				// there (InsertEvicted), which leaves the model.
+				moved := ct.Stats().Moves != moves
+				if moved && (len(win) != 2*ctSlots || evictable != 0) {
+					t.Fatalf("Insert(%d) moved an entry with a window of %d, %d evictable", id, len(win), evictable)
+				}
 				switch {
 				case present && idleAt(e):
 					if res != InsertNew {
@@ -167,10 +176,13 @@ func FuzzConnTable(f *testing.F) {
 						t.Fatalf("Insert(%d) present = %v", id, res)
 					}
 				case res == InsertEvicted:
-					if len(win) != 2*ctSlots || evictable == 0 {
+					if len(win) != 2*ctSlots || evictable == 0 && !moved {
 						t.Fatalf("Insert(%d) evicted from a window of %d with %d candidates", id, len(win), evictable)
 					}
 					if syncRemoved("eviction", func(v ctModelEntry) bool {
+						if moved { // another bucket's victim
+							return idleAt(v) || v.class == ClassUntrusted
+						}
 						age := int64(int32(uint32(now - v.seen)))
 						return idleAt(v) == bestExp && age == bestAge && (bestExp || v.class == ClassUntrusted)
 					}) != 1 {
