@@ -8,6 +8,7 @@ import (
 )
 
 // This file holds a ConnTable's configuration and its checks.
+
 // ConnTableConfig is the plain, checkable configuration of a ConnTable.
 type ConnTableConfig struct {
 	// Capacity is the number of IPv4 flows the table is sized for; fixed at
