@@ -618,8 +618,7 @@ func (t *ctTable[S, P]) place(k *ctKey, tag uint64, b *[2]*ctBucket[S, P], h *[2
 	if v1 := b[1].victim(h[1], now, c); v1.beats(v) {
 		x, v = 1, v1
 	}
-	switch {
-	case v.j < 0:
+	if v.j < 0 {
 		y, j, evicted, ok := t.move(b, h, bi, now, c)
 		switch {
 		case !ok:
@@ -628,11 +627,8 @@ func (t *ctTable[S, P]) place(k *ctKey, tag uint64, b *[2]*ctBucket[S, P], h *[2
 			return InsertEvicted, y, j
 		}
 		return InsertNew, y, j
-	case v.expired:
-		st.expired.Add(1)
-	default:
-		st.evictions.Add(1)
 	}
+	st.took(v)
 	return InsertEvicted, x, v.j
 }
 

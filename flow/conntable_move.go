@@ -41,11 +41,15 @@ func (v ctVictim) beats(o ctVictim) bool {
 	return v.j >= 0 && (o.j < 0 || v.expired && !o.expired || v.expired == o.expired && v.age > o.age)
 }
 
-// ctMoveTries bounds the entries an insert looks at for a move: all of
-// its two buckets'. Each costs a hash of the entry's key and a look at its
-// other bucket (a cache miss in a large table), paid only by an insert
-// that would otherwise be refused.
-const ctMoveTries = 2 * ctSlots
+// took counts victim v taken by an insert: an expired entry reclaimed, or
+// a live one evicted.
+func (st *connStripe) took(v ctVictim) {
+	if v.expired {
+		st.expired.Add(1)
+	} else {
+		st.evictions.Add(1)
+	}
+}
 
 // move frees a slot in one of an insert's full buckets b (indices bi,
 // headers h, all held) by moving one of its entries to that entry's other
@@ -54,7 +58,10 @@ const ctMoveTries = 2 * ctSlots
 // well: evicted reports it, and the eviction is counted), if no other
 // writer holds the bucket. It reports the bucket and slot freed; h holds
 // the freed slot's bucket's header with the slot cleared, which the
-// caller fills and unlocks.
+// caller fills and unlocks. It looks at every entry of both buckets; each
+// costs a hash of the entry's key and a look at its other bucket (a cache
+// miss in a large table), paid only by an insert that would otherwise be
+// refused.
 //
 // A move takes the growing flag, as a split does: it cannot run during a
 // split (whose geometry it computes the other bucket by) or a walk (which
@@ -80,10 +87,8 @@ func (t *ctTable[S, P]) move(b *[2]*ctBucket[S, P], h *[2]uint64, bi [2]uint64, 
 	g := t.geo.Load()
 	v6 := ctKeyWords[S]() == 5
 	var k ctKey
-	tries := 0
 	for y = range 2 {
-		for occ := ctOcc(h[y]); occ != 0 && tries < ctMoveTries; occ &= occ - 1 {
-			tries++
+		for occ := ctOcc(h[y]); occ != 0; occ &= occ - 1 {
 			j = ctSlot(occ)
 			b[y].load(j, &k)
 			a1, a2 := t.index(c.hashPacked(&k, v6), g)
@@ -111,11 +116,7 @@ func (t *ctTable[S, P]) move(b *[2]*ctBucket[S, P], h *[2]uint64, bi [2]uint64, 
 				if ctProven(ctClass(hd, f)) { // an expired proven entry
 					t.proven.Add(-1)
 				}
-				if st := t.stripe(c, alt); v.expired {
-					st.expired.Add(1)
-				} else {
-					st.evictions.Add(1)
-				}
+				t.stripe(c, alt).took(v)
 			}
 			if f < 0 {
 				d.unlockUnchanged(hd)
