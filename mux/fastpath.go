@@ -326,11 +326,14 @@ func (c *fastCache) find(s uint32, k *flow.Key) *fastEntry {
 }
 
 // sameKey is a == b in five word loads a side (the generated comparison
-// of the 44-byte struct calls memequal).
+// of the 44-byte struct calls memequal). The parentheses matter: | and ^
+// bind alike in Go, and a^b|c^d without them is ((a^b)|c)^d, which
+// keeps of a^b only the bits c does not have
+// (TestFastPathTellsKeysApart).
 func sameKey(a, b *flow.Key) bool {
 	le := binary.LittleEndian
-	return le.Uint64(a.Src[0:])^le.Uint64(b.Src[0:])|le.Uint64(a.Src[8:])^le.Uint64(b.Src[8:])|
-		le.Uint64(a.Dst[0:])^le.Uint64(b.Dst[0:])|le.Uint64(a.Dst[8:])^le.Uint64(b.Dst[8:]) == 0 &&
+	return (le.Uint64(a.Src[0:])^le.Uint64(b.Src[0:]))|(le.Uint64(a.Src[8:])^le.Uint64(b.Src[8:]))|
+		(le.Uint64(a.Dst[0:])^le.Uint64(b.Dst[0:]))|(le.Uint64(a.Dst[8:])^le.Uint64(b.Dst[8:])) == 0 &&
 		a.VNI == b.VNI && a.SrcPort == b.SrcPort && a.DstPort == b.DstPort && a.Proto == b.Proto && a.Family == b.Family
 }
 

@@ -1,0 +1,65 @@
+package mux
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/flow/flowtest"
+)
+
+// TestFastPathTellsKeysApart: two flows whose keys differ only in bits
+// that the VIP's address also has set — here two clients differing in
+// their address's third byte, to a VIP whose third byte is 255, from the
+// same port — are two flows to the fast path, also when they share an
+// entry of its cache: the second flow's packet runs the full pipeline,
+// and does not take the first flow's decision (its backend). sameKey
+// once folded its words as a^b|c^d…, which Go evaluates left to right
+// (| and ^ bind alike): ((a^b)|c)^d keeps of a^b only the bits c does
+// not have, so such keys compared equal, and the second client's
+// packets went to the first one's backend.
+func TestFastPathTellsKeysApart(t *testing.T) {
+	fr := newFastRig(t, nil, 1<<10)
+	f := fr.f
+	a := flowtest.Flow{Kind: flowtest.TCP4, Src: netip.MustParseAddr("198.18.7.9"), SrcPort: 40000}
+	b := a
+	b.Src = netip.MustParseAddr("198.18.200.9")
+	require.Equal(t, byte(255), benchTargets.TCP4.Addr().As4()[2], "the VIP's third byte")
+	frames := benchTargets.Frames([]flowtest.Flow{a, b})
+	fa, fb := frames[:1], frames[1:]
+	fr.send(fa, 1) // makes the worker's cache
+	c := f.fast.caches.Get(0)
+	require.NotNil(t, c)
+
+	// A seed under which the two keys share their entry of way 0, the
+	// one a's decision goes to in an empty cache.
+	var keys [2]flow.Key
+	for i, fr := range frames {
+		var p engine.Packet
+		p.SetBuffer(nil, 0, append([]byte(nil), fr...), 0, len(fr), 0)
+		require.Zero(t, engine.ParsePacket(&p, 0))
+		require.True(t, eligible(&p))
+		keys[i] = p.Key
+	}
+	seed := uint64(1)
+	for slotsOf(&keys[0], seed)&0xffff != slotsOf(&keys[1], seed)&0xffff {
+		seed += 2
+	}
+	c.seed = seed
+
+	fr.send(fa, 1)
+	fr.now += int64(2 * time.Second) // past ProveAfter
+	fr.send(fa, 1)                   // proven
+	fr.send(fa, 1)                   // a's decision is kept
+	h0, m0 := f.fast.Stats()
+	fr.send(fa, 1)
+	h1, m1 := f.fast.Stats()
+	require.Equal(t, [2]uint64{h0 + 1, m0}, [2]uint64{h1, m1}, "a's packet is a hit")
+	fr.send(fb, 1)
+	h2, m2 := f.fast.Stats()
+	require.Equal(t, [2]uint64{h1, m1 + 1}, [2]uint64{h2, m2}, "b's packet took a's decision")
+}
