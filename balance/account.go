@@ -160,9 +160,28 @@ func (ap AccountPass) Add(r *flow.Rule, i int32, n int) {
 }
 
 // count counts a packet of n bytes on backend i (in range) of rule r.
+// The common case — a backend whose slot exists and has counted before —
+// is small enough to be inlined into the caller's loop; the rest is
+// countRare.
 func (ap AccountPass) count(r *flow.Rule, i int32, n int, newFlow bool) {
 	h := ap.h
 	id := r.Backends[i].ID
+	if id < uint32(len(h.slots)) {
+		if s := &h.slots[id]; s.vip != 0 {
+			s.packets++
+			s.bytes += uint64(n)
+			if newFlow {
+				s.newFlows++
+			}
+			return
+		}
+	}
+	h.countRare(r, id, n, newFlow)
+}
+
+// countRare is count for a reply to an outbound connection, for an ID
+// past the counters' end, and for a slot's first packet in this half.
+func (h *accountHalf) countRare(r *flow.Rule, id uint32, n int, newFlow bool) {
 	if id == flow.ReservedID {
 		// A reply to an outbound connection (Returns): counted by
 		// its address, whose counter index the rule's ID is.
