@@ -148,7 +148,8 @@ type fastCache struct {
 	class [engine.MaxBatch]flow.StateClass
 	keys  [engine.MaxBatch]flow.Key
 	miss  [engine.MaxBatch]*engine.Packet
-	at    [engine.MaxBatch]uint8 // a miss's index in the batch
+	at    [engine.MaxBatch]uint8       // a miss's index in the batch
+	pf    [2 * engine.MaxBatch]uintptr // the entries to prefetch (c.e's, which c keeps alive)
 }
 
 // newFastPath returns the fast path for the fused stages f, or nil when

@@ -176,16 +176,19 @@ func (f *fused) fastPass(b *engine.Batch, c *fastCache, hop, gen uint32, pkts []
 	var completed uint64
 	nm, hits, looks := 0, 0, 0
 	// Where each packet's decision would be, prefetched for the whole
-	// batch, so that the cache misses of its lookups overlap.
+	// batch in one call, so that the cache misses of its lookups overlap.
+	np := 0
 	for i, p := range pkts {
 		c.slot[i] = noSlot
 		if eligible(p) {
 			s := slotsOf(&p.Key, c.seed)
 			c.slot[i] = s
 			e0, e1 := c.entries(s)
-			prefetch.TwoPairs(unsafe.Pointer(e0), unsafe.Pointer(e1))
+			c.pf[np], c.pf[np+1] = uintptr(unsafe.Pointer(e0)), uintptr(unsafe.Pointer(e1))
+			np += 2
 		}
 	}
+	prefetch.Pairs(c.pf[:np])
 	for i, p := range pkts {
 		if s := c.slot[i]; s != noSlot {
 			looks++

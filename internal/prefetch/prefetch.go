@@ -5,8 +5,8 @@
 //
 // Go has no prefetch intrinsic; on amd64 and arm64 the functions are one
 // instruction per line (PREFETCHT0, PRFM PLDL1KEEP) in assembly, and
-// return at once; elsewhere TwoPairs and Three load a word of each line
-// (their addresses must point into live memory) and Frame does nothing.
-// Used by the connection table (Three), the AF_XDP port at receive
-// (Frame) and the Mux's fast path (TwoPairs).
+// return at once; elsewhere Three loads a word of each line (its
+// addresses must point into live memory), and Frame and Pairs do
+// nothing. Used by the connection table (Three), the AF_XDP port at
+// receive (Frame) and the Mux's fast path (Pairs).
 package prefetch

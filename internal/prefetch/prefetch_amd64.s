@@ -1,15 +1,5 @@
 #include "textflag.h"
 
-// func TwoPairs(a, b unsafe.Pointer)
-TEXT ·TwoPairs(SB), NOSPLIT|NOFRAME, $0-16
-	MOVQ	a+0(FP), AX
-	MOVQ	b+8(FP), BX
-	PREFETCHT0	(AX)
-	PREFETCHT0	64(AX)
-	PREFETCHT0	(BX)
-	PREFETCHT0	64(BX)
-	RET
-
 // func Three(a, b, c unsafe.Pointer)
 TEXT ·Three(SB), NOSPLIT|NOFRAME, $0-24
 	MOVQ	a+0(FP), AX
@@ -26,4 +16,20 @@ TEXT ·Frame(SB), NOSPLIT|NOFRAME, $0-8
 	PREFETCHT0	(AX)
 	PREFETCHT0	-64(AX)
 	PREFETCHT0	64(AX)
+	RET
+
+// func Pairs(addrs []uintptr)
+TEXT ·Pairs(SB), NOSPLIT|NOFRAME, $0-24
+	MOVQ	addrs_base+0(FP), AX
+	MOVQ	addrs_len+8(FP), CX
+	TESTQ	CX, CX
+	JEQ	done
+loop:
+	MOVQ	(AX), BX
+	PREFETCHT0	(BX)
+	PREFETCHT0	64(BX)
+	ADDQ	$8, AX
+	DECQ	CX
+	JNE	loop
+done:
 	RET

@@ -4,11 +4,13 @@ package prefetch
 
 import "unsafe"
 
-// TwoPairs prefetches the two cache lines from a and the two from b
-// (two 128-byte blocks, each 64-byte aligned for two lines).
+// Pairs prefetches the two cache lines from each address of addrs
+// (128-byte blocks, 64-byte aligned), for a whole batch in one call, so
+// that a batch's prefetches cost no call each. The addresses must point
+// into memory the caller keeps alive.
 //
 //go:noescape
-func TwoPairs(a, b unsafe.Pointer)
+func Pairs(addrs []uintptr)
 
 // Three prefetches the cache lines at a, b and c (the connection table:
 // a key's two buckets, the first one's second line).

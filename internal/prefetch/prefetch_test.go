@@ -13,10 +13,11 @@ func TestPrefetch(t *testing.T) {
 		buf[i] = byte(i)
 	}
 	for off := 0; off+256 <= len(buf); off += 64 {
-		TwoPairs(unsafe.Pointer(&buf[off]), unsafe.Pointer(&buf[len(buf)-128-off]))
 		Three(unsafe.Pointer(&buf[off]), unsafe.Pointer(&buf[off+64]), unsafe.Pointer(&buf[off+128]))
 		Frame(unsafe.Pointer(&buf[off+64]))
+		Pairs([]uintptr{uintptr(unsafe.Pointer(&buf[off])), uintptr(unsafe.Pointer(&buf[off+128]))})
 	}
+	Pairs(nil)
 	for i := range buf {
 		if buf[i] != byte(i) {
 			t.Fatalf("byte %d changed", i)
