@@ -107,6 +107,23 @@ func (p *Packet) Prepend(n int) ([]byte, bool) {
 	return p.Data(), true
 }
 
+// Reframe moves the frame's start by d bytes — back into the headroom
+// when d is negative, as Prepend(-d) does, forward as TrimFront(d) does —
+// sets its length to n, and returns the new frame. It returns nil, false
+// and changes nothing when the frame would leave the buffer. It is
+// Prepend or TrimFront and SetLen in one step, with one check, for a
+// stage that rewrites a frame's front in place (the Mux's fast path
+// swaps the inner frame's VLAN tags for its tunnel headers). Offsets set
+// by the parser are not adjusted.
+func (p *Packet) Reframe(d, n int) ([]byte, bool) {
+	off := p.off + d
+	if off < 0 || n < 0 || n > len(p.buf)-off {
+		return nil, false
+	}
+	p.off, p.n = off, n
+	return p.buf[off : off+n : len(p.buf)], true
+}
+
 // TrimFront removes n bytes from the front of the frame (decapsulation).
 func (p *Packet) TrimFront(n int) bool {
 	if n < 0 || n > p.n {

@@ -415,34 +415,37 @@ func (fp *fastPath) hit(e *fastEntry, p *engine.Packet, partial bool) (n int, co
 			ip6.SetHopLimit(ttl - 1)
 		}
 	}
-	if fp.keepSrc {
-		if start != 0 { // VLAN tags go: the frame's source moves to the inner header
-			copy(data[start+6:start+12], data[6:12])
-		}
-		*(*[6]byte)(data[start:]) = [6]byte(e.inner[:6])
-	} else {
-		*(*[12]byte)(data[start:]) = e.inner
+	if fp.keepSrc && start != 0 {
+		// VLAN tags go: the frame's source moves to the inner header.
+		copy(data[start+6:start+12], data[6:12])
 	}
-	binary.BigEndian.PutUint16(data[start+12:], p.EtherType)
-	p.TrimFront(start)
-	p.SetLen(inner)
-	out, _ := p.Prepend(hdr)
-	*(*[12]byte)(out) = [12]byte(e.outer[:12])
-	binary.BigEndian.PutUint16(out[12:], header.EtherTypeIPv4)
-	*(*[hdr - 14]byte)(out[14:]) = [hdr - 14]byte(e.outer[12:])
+	// The new frame, in one step: the tunnel's headers in the headroom
+	// (and over the VLAN tags), then the inner frame. It fits: checked
+	// above.
+	out, _ := p.Reframe(start-hdr, hdr+inner)
+	f := (*[hdr + header.EthernetSize]byte)(out)
+	if fp.keepSrc {
+		*(*[6]byte)(f[hdr:]) = [6]byte(e.inner[:6])
+	} else {
+		*(*[12]byte)(f[hdr:]) = e.inner
+	}
+	binary.BigEndian.PutUint16(f[hdr+12:], p.EtherType)
+	*(*[12]byte)(f[:]) = [12]byte(e.outer[:12])
+	binary.BigEndian.PutUint16(f[12:], header.EtherTypeIPv4)
+	*(*[hdr - 14]byte)(f[14:]) = [hdr - 14]byte(e.outer[12:])
 	// The template's TOS and total length are the first packet's: patch
 	// them and the checksum (RFC 1624: sum over the words that changed).
 	be := binary.BigEndian
 	w0, w1, sum0 := be.Uint16(e.outer[12:]), be.Uint16(e.outer[14:]), be.Uint16(e.outer[22:])
 	n0 := w0&0xff00 | uint16(tc)
 	n1 := uint16(hdr - header.EthernetSize + inner)
-	be.PutUint16(out[14:], n0)
-	be.PutUint16(out[16:], n1)
+	be.PutUint16(f[14:], n0)
+	be.PutUint16(f[16:], n1)
 	sum := uint32(^sum0) + uint32(^w0) + uint32(n0) + uint32(^w1) + uint32(n1)
 	sum = sum&0xffff + sum>>16
 	sum = sum&0xffff + sum>>16
-	be.PutUint16(out[24:], ^uint16(sum))
-	be.PutUint16(out[38:], uint16(header.UDPSize+header.VXLANSize+inner))
+	be.PutUint16(f[24:], ^uint16(sum))
+	be.PutUint16(f[38:], uint16(header.UDPSize+header.VXLANSize+inner))
 	p.Key.VNI = e.rule.VIP.VNI
 	p.Rule, p.Backend = e.rule, e.backend
 	p.OutPort = e.out
