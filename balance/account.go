@@ -159,6 +159,22 @@ func (ap AccountPass) Add(r *flow.Rule, i int32, n int) {
 	ap.count(r, i, n, false)
 }
 
+// AddID is Add for a caller that kept the backend's ID
+// (r.Backends[i].ID) with its decision (the Mux's fast path): it counts
+// without reading the backend, whose line the caller need not have in
+// its cache.
+func (ap AccountPass) AddID(r *flow.Rule, id uint32, n int) {
+	h := ap.h
+	if id < uint32(len(h.slots)) {
+		if s := &h.slots[id]; s.vip != 0 {
+			s.packets++
+			s.bytes += uint64(n)
+			return
+		}
+	}
+	h.countRare(r, id, n, false)
+}
+
 // count counts a packet of n bytes on backend i (in range) of rule r.
 // The common case — a backend whose slot exists and has counted before —
 // is small enough to be inlined into the caller's loop; the rest is

@@ -476,3 +476,44 @@ func BenchmarkAccount(b *testing.B) {
 		})
 	}
 }
+
+// TestAccountAddID: AddID, given the backend's ID its caller kept with its
+// decision, counts what Add counts — a backend's first packet (its VIP
+// bound), IDs past the counters' first size (64), a VIP of another
+// family, and a reply to an outbound connection (flow.ReservedID, counted
+// under its rule's ID).
+func TestAccountAddID(t *testing.T) {
+	rules := flow.NewRules()
+	_, err := rules.Update(1, acctRules(acctBackends("w", 100), acctBackends("d", 3)))
+	require.NoError(t, err)
+	web, dns := rules.Load().Rules()[0], rules.Load().Rules()[1]
+	require.Greater(t, web.Backends[99].ID, uint32(64), "an ID past the counters' first size")
+	ret := &flow.Rule{ID: 5, VIP: acctWeb, Backends: []flow.Backend{{ID: flow.ReservedID}}}
+	adds := []struct {
+		r *flow.Rule
+		i int32
+		n int
+	}{
+		{web, 0, 100}, {web, 99, 40}, {web, 5, 60}, {web, 5, 61}, {web, 0, 1500},
+		{dns, 2, 80}, {dns, 0, 90}, {ret, 0, 52}, {ret, 0, 53},
+	}
+	byAdd := balance.NewAccount(balance.AccountConfig{})
+	byID := balance.NewAccount(balance.AccountConfig{})
+	var b engine.Batch
+	pa, pi := byAdd.Begin(&b), byID.Begin(&b)
+	for _, a := range adds {
+		pa.Add(a.r, a.i, a.n)
+		pi.AddID(a.r, a.r.Backends[a.i].ID, a.n)
+	}
+	pa.End()
+	pi.End()
+	want, got := balance.SumAccounts(byAdd), balance.SumAccounts(byID)
+	require.Equal(t, statsByID(&want), statsByID(&got))
+	require.Len(t, statsByID(&got), 5)
+	require.Equal(t, balance.Counts{Packets: 2, Bytes: 1600}, got.Backend(web.Backends[0].ID))
+	require.Equal(t, balance.Counts{Packets: 1, Bytes: 40}, got.Backend(web.Backends[99].ID))
+	require.Equal(t, balance.Counts{Packets: 5, Bytes: 1761}, got.VIP(acctWeb))
+	require.Equal(t, balance.Counts{Packets: 2, Bytes: 170}, got.VIP(acctDNS))
+	require.Equal(t, balance.Counts{Packets: 2, Bytes: 105}, got.Returns(5))
+	require.Equal(t, want.Returns(5), got.Returns(5))
+}

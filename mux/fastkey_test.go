@@ -12,6 +12,59 @@ import (
 	"github.com/xdplb/xdplb/flow/flowtest"
 )
 
+// TestFastKey: the fast path's key tells apart two flow keys that differ
+// in any field but the VNI — every byte of either address, either port,
+// the protocol, the family — and keys that differ only in the VNI are
+// one fastKey, so a packet whose key has a VNI is not eligible.
+func TestFastKey(t *testing.T) {
+	base := flow.Key{Src: [16]byte{198, 18, 0, 1}, Dst: [16]byte{198, 18, 100, 1}, SrcPort: 40000, DstPort: 80,
+		Proto: flow.ProtoTCP, Family: flow.FamilyIPv4}
+	var b fastKey
+	b.set(&base)
+	seen := map[fastKey]string{b: "base"}
+	change := []struct {
+		name string
+		edit func(k *flow.Key)
+	}{
+		{"src port", func(k *flow.Key) { k.SrcPort++ }},
+		{"src port's high byte", func(k *flow.Key) { k.SrcPort ^= 0x100 }},
+		{"dst port", func(k *flow.Key) { k.DstPort++ }},
+		{"dst port's high byte", func(k *flow.Key) { k.DstPort ^= 0x100 }},
+		{"protocol", func(k *flow.Key) { k.Proto = flow.ProtoUDP }},
+		{"family", func(k *flow.Key) { k.Family = flow.FamilyIPv6 }},
+	}
+	for i := range 16 {
+		change = append(change,
+			struct {
+				name string
+				edit func(k *flow.Key)
+			}{"src byte " + string(rune('a'+i)), func(k *flow.Key) { k.Src[i] ^= 0x80 }},
+			struct {
+				name string
+				edit func(k *flow.Key)
+			}{"dst byte " + string(rune('a'+i)), func(k *flow.Key) { k.Dst[i] ^= 1 }})
+	}
+	for _, c := range change {
+		k := base
+		c.edit(&k)
+		var f fastKey
+		f.set(&k)
+		require.False(t, sameKey(&b, &f), c.name)
+		require.NotContains(t, seen, f, c.name)
+		seen[f] = c.name
+	}
+
+	k := base
+	k.VNI = 100
+	var f fastKey
+	f.set(&k)
+	require.True(t, sameKey(&b, &f), "the VNI is no part of the fast path's key")
+	p := engine.Packet{Flags: engine.FlagIPv4 | engine.FlagL4, L4Proto: flow.ProtoTCP, Key: base}
+	require.True(t, eligible(&p))
+	p.Key.VNI = 100
+	require.False(t, eligible(&p), "a key with a VNI is not eligible: its fastKey would match the key without")
+}
+
 // TestFastPathTellsKeysApart: two flows whose keys differ only in bits
 // that the VIP's address also has set — here two clients differing in
 // their address's third byte, to a VIP whose third byte is 255, from the
@@ -37,13 +90,13 @@ func TestFastPathTellsKeysApart(t *testing.T) {
 
 	// A seed under which the two keys share their entry of way 0, the
 	// one a's decision goes to in an empty cache.
-	var keys [2]flow.Key
+	var keys [2]fastKey
 	for i, fr := range frames {
 		var p engine.Packet
 		p.SetBuffer(nil, 0, append([]byte(nil), fr...), 0, len(fr), 0)
 		require.Zero(t, engine.ParsePacket(&p, 0))
 		require.True(t, eligible(&p))
-		keys[i] = p.Key
+		keys[i].set(&p.Key)
 	}
 	seed := uint64(1)
 	for slotsOf(&keys[0], seed)&0xffff != slotsOf(&keys[1], seed)&0xffff {

@@ -93,10 +93,11 @@ const (
 // second what a hit writes (a key's two entries, four lines, are
 // prefetched together).
 type fastEntry struct {
-	key     flow.Key // as parsed, VNI 0
+	key     fastKey
 	epoch   uint32
 	seen    flow.Tick // the entry's last-seen after the full pipeline's last lookup (balance.Pass.Seen)
 	backend int32
+	id      uint32     // the backend's ID (rule.Backends[backend].ID), which the Account stage counts by
 	rule    *flow.Rule // its VIP's VNI is the key's after the uplink VNI stage
 	// The outer headers without their EtherType (IPv4): MACs, IPv4, UDP,
 	// VXLAN; then the inner MACs.
@@ -113,8 +114,51 @@ type fastEntry struct {
 	touched uint8
 }
 
-// The entry's size is 128 bytes: a compile-time check.
-var _ [0]struct{} = [unsafe.Sizeof(fastEntry{}) - 128]struct{}{}
+// The entry's size is 128 bytes, and what a lookup reads is in its
+// first line: a compile-time check.
+var (
+	_ [0]struct{} = [unsafe.Sizeof(fastEntry{}) - 128]struct{}{}
+	_ [0]struct{} = [unsafe.Offsetof(fastEntry{}.outer) - 64]struct{}{}
+)
+
+// fastKey is a flow key as the fast path keeps and compares it: flow.Key's
+// fields but the VNI, in five words. Every key the fast path looks up has
+// VNI 0 (the fused stage parses with VNI 0, and the uplink VNI stage sets
+// the VNI after the lookup; eligible requires it), so leaving it out
+// loses nothing, and makes room in the entry's first line for the
+// backend's ID.
+type fastKey struct {
+	addr [4]uint64 // Src and Dst: flow.Key's bytes 0..31, little-endian words
+	rest uint64    // SrcPort, DstPort, Proto and Family: bytes 36..41
+}
+
+// set makes f the fastKey of k (k's VNI aside), word by word: a struct
+// literal copied in would be written in narrow stores and read back in
+// wide loads, which the CPU cannot forward (a store-forwarding stall,
+// measured: 7 to 9 ns a packet of the Mux's pipeline at 1k flows).
+func (f *fastKey) set(k *flow.Key) {
+	x := (*[42]byte)(unsafe.Pointer(k))
+	le := binary.LittleEndian
+	f.addr[0], f.addr[1], f.addr[2], f.addr[3] = le.Uint64(x[0:]), le.Uint64(x[8:]), le.Uint64(x[16:]), le.Uint64(x[24:])
+	f.rest = uint64(le.Uint32(x[36:])) | uint64(le.Uint16(x[40:]))<<32
+}
+
+// flow.Key's layout, which fastKey.set reads in place: a compile-time check
+// (its 42 bytes of fields are addresses, VNI, ports, protocol, family).
+var (
+	_ [0]struct{} = [unsafe.Offsetof(flow.Key{}.VNI) - 32]struct{}{}
+	_ [0]struct{} = [unsafe.Offsetof(flow.Key{}.SrcPort) - 36]struct{}{}
+	_ [0]struct{} = [unsafe.Offsetof(flow.Key{}.DstPort) - 38]struct{}{}
+	_ [0]struct{} = [unsafe.Offsetof(flow.Key{}.Proto) - 40]struct{}{}
+	_ [0]struct{} = [unsafe.Offsetof(flow.Key{}.Family) - 41]struct{}{}
+)
+
+// sameKey is a == b word by word (the generated comparison calls
+// memequal). The parentheses matter: | and ^ bind alike in Go, and
+// a^b|c^d without them is ((a^b)|c)^d (TestFastKey).
+func sameKey(a, b *fastKey) bool {
+	return (a.addr[0]^b.addr[0])|(a.addr[1]^b.addr[1])|(a.addr[2]^b.addr[2])|(a.addr[3]^b.addr[3])|(a.rest^b.rest) == 0
+}
 
 // fastCache is one worker's cache, and its state for the batch it runs.
 type fastCache struct {
@@ -146,7 +190,7 @@ type fastCache struct {
 	// key's VNI).
 	slot  [engine.MaxBatch]uint32
 	class [engine.MaxBatch]flow.StateClass
-	keys  [engine.MaxBatch]flow.Key
+	keys  [engine.MaxBatch]fastKey
 	miss  [engine.MaxBatch]*engine.Packet
 	at    [engine.MaxBatch]uint8       // a miss's index in the batch
 	pf    [2 * engine.MaxBatch]uintptr // the entries to prefetch (c.e's, which c keeps alive)
@@ -294,12 +338,9 @@ func (c *fastCache) begin(snap *flow.Snapshot, set *guard.Prefixes, hop, gen uin
 
 // slotsOf places key k in a cache of seed seed: the index of its entry in
 // way 0 in the low half, that of its entry in way 1 in the high half.
-func slotsOf(k *flow.Key, seed uint64) uint32 {
+func slotsOf(k *fastKey, seed uint64) uint32 {
 	const m1, m2, m3, m4 = 0x9e3779b97f4a7c15, 0xc2b2ae3d27d4eb4f, 0x165667b19e3779f9, 0xd6e8feb86659fd93
-	le := binary.LittleEndian
-	h := (le.Uint64(k.Src[0:])^seed)*m1 + le.Uint64(k.Src[8:])*m2 +
-		le.Uint64(k.Dst[0:])*m3 + le.Uint64(k.Dst[8:])*m4 +
-		(uint64(k.SrcPort)|uint64(k.DstPort)<<16|uint64(k.Proto)<<32|uint64(k.Family)<<40|uint64(k.VNI)<<48)*m1
+	h := (k.addr[0]^seed)*m1 + k.addr[1]*m2 + k.addr[2]*m3 + k.addr[3]*m4 + k.rest*m1
 	h ^= h >> 29
 	h *= m2
 	const mask = 1<<fastWayBits - 1
@@ -315,7 +356,7 @@ func (c *fastCache) entries(s uint32) (e0, e1 *fastEntry) {
 
 // find returns the entry of slots s that holds key k in the cache's
 // epoch, or nil.
-func (c *fastCache) find(s uint32, k *flow.Key) *fastEntry {
+func (c *fastCache) find(s uint32, k *fastKey) *fastEntry {
 	e0, e1 := c.entries(s)
 	if e0.epoch == c.epoch && sameKey(&e0.key, k) {
 		return e0
@@ -326,21 +367,9 @@ func (c *fastCache) find(s uint32, k *flow.Key) *fastEntry {
 	return nil
 }
 
-// sameKey is a == b in five word loads a side (the generated comparison
-// of the 44-byte struct calls memequal). The parentheses matter: | and ^
-// bind alike in Go, and a^b|c^d without them is ((a^b)|c)^d, which
-// keeps of a^b only the bits c does not have
-// (TestFastPathTellsKeysApart).
-func sameKey(a, b *flow.Key) bool {
-	le := binary.LittleEndian
-	return (le.Uint64(a.Src[0:])^le.Uint64(b.Src[0:]))|(le.Uint64(a.Src[8:])^le.Uint64(b.Src[8:]))|
-		(le.Uint64(a.Dst[0:])^le.Uint64(b.Dst[0:]))|(le.Uint64(a.Dst[8:])^le.Uint64(b.Dst[8:])) == 0 &&
-		a.VNI == b.VNI && a.SrcPort == b.SrcPort && a.DstPort == b.DstPort && a.Proto == b.Proto && a.Family == b.Family
-}
-
 // place returns the entry of slots s to keep key k's decision in: the
 // one holding k, else one not valid in the epoch, else the two in turn.
-func (c *fastCache) place(s uint32, k *flow.Key) *fastEntry {
+func (c *fastCache) place(s uint32, k *fastKey) *fastEntry {
 	e0, e1 := c.entries(s)
 	switch {
 	case sameKey(&e0.key, k):
@@ -360,11 +389,12 @@ func (c *fastCache) place(s uint32, k *flow.Key) *fastEntry {
 }
 
 // eligible reports whether p, parsed, may be a hit: a TCP or UDP packet
-// of IPv4 or IPv6 with its ports, not a fragment.
+// of IPv4 or IPv6 with its ports, not a fragment, its key's VNI 0 (as
+// parsed: see fastKey).
 func eligible(p *engine.Packet) bool {
 	return p.Flags&(engine.FlagL4|engine.FlagFragment) == engine.FlagL4 &&
 		p.Flags&(engine.FlagIPv4|engine.FlagIPv6) != 0 &&
-		(p.L4Proto == flow.ProtoTCP || p.L4Proto == flow.ProtoUDP)
+		(p.L4Proto == flow.ProtoTCP || p.L4Proto == flow.ProtoUDP) && p.Key.VNI == 0
 }
 
 // hit encapsulates p by entry e and returns the length of the client's IP
@@ -461,7 +491,8 @@ func (fp *fastPath) fill(c *fastCache, bal *balance.Pass, i, j int, p *engine.Pa
 		return
 	}
 	d := p.Data()
-	if p.Verdict != engine.VerdictTX || !bal.Settled(j) || p.Rule == nil || fp.slowPath && p.OutPort == fp.slowPort ||
+	if p.Verdict != engine.VerdictTX || !bal.Settled(j) || p.Rule == nil || uint32(p.Backend) >= uint32(len(p.Rule.Backends)) ||
+		fp.slowPath && p.OutPort == fp.slowPort ||
 		len(d) < encap.OverheadIPv4+12 || binary.BigEndian.Uint16(d[12:]) != header.EtherTypeIPv4 || p.Key.VNI != p.Rule.VIP.VNI {
 		c.drop(s, &c.keys[i])
 		return
@@ -471,7 +502,7 @@ func (fp *fastPath) fill(c *fastCache, bal *balance.Pass, i, j int, p *engine.Pa
 		c.winFree++ // the cache warming (judge)
 	}
 	e.key, e.epoch = c.keys[i], c.epoch
-	e.rule, e.backend = p.Rule, p.Backend
+	e.rule, e.backend, e.id = p.Rule, p.Backend, p.Rule.Backends[p.Backend].ID
 	e.seen = bal.Seen(j)
 	e.out, e.class = p.OutPort, c.class[i]
 	e.touched = c.hopGen // the full pipeline's next-hop lookup just showed it
@@ -490,13 +521,15 @@ func (fp *fastPath) forget(b *engine.Batch) {
 	}
 	for _, p := range b.Packets() {
 		if eligible(p) {
-			c.drop(slotsOf(&p.Key, c.seed), &p.Key)
+			var k fastKey
+			k.set(&p.Key)
+			c.drop(slotsOf(&k, c.seed), &k)
 		}
 	}
 }
 
 // drop removes key k's decision from slots s.
-func (c *fastCache) drop(s uint32, k *flow.Key) {
+func (c *fastCache) drop(s uint32, k *fastKey) {
 	e0, e1 := c.entries(s)
 	if sameKey(&e0.key, k) {
 		e0.epoch = 0

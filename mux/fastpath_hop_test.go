@@ -143,7 +143,9 @@ func TestFastPathKeepsThreeFlowsOfOneEntry(t *testing.T) {
 		if engine.ParsePacket(&p, 0) != 0 || !eligible(&p) {
 			continue
 		}
-		s := slotsOf(&p.Key, c.seed)
+		var k fastKey
+		k.set(&p.Key)
+		s := slotsOf(&k, c.seed)
 		s0, s1 := s&0xffff, s>>16
 		if slices.ContainsFunc(byEntry[s0], func(f flowAt) bool { return f.s1 == s1 }) {
 			continue

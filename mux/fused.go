@@ -181,7 +181,8 @@ func (f *fused) fastPass(b *engine.Batch, c *fastCache, hop, gen uint32, pkts []
 	for i, p := range pkts {
 		c.slot[i] = noSlot
 		if eligible(p) {
-			s := slotsOf(&p.Key, c.seed)
+			c.keys[i].set(&p.Key)
+			s := slotsOf(&c.keys[i], c.seed)
 			c.slot[i] = s
 			e0, e1 := c.entries(s)
 			c.pf[np], c.pf[np+1] = uintptr(unsafe.Pointer(e0)), uintptr(unsafe.Pointer(e1))
@@ -194,12 +195,12 @@ func (f *fused) fastPass(b *engine.Batch, c *fastCache, hop, gen uint32, pkts []
 			looks++
 			cls := p.StateClass()
 			c.class[i] = cls
-			if e := c.find(s, &p.Key); e != nil && e.class == cls && c.now-e.seen <= fp.refresh[cls] {
+			if e := c.find(s, &c.keys[i]); e != nil && e.class == cls && c.now-e.seen <= fp.refresh[cls] {
 				if n, done := fp.hit(e, p, partial); n > 0 {
 					if done {
 						completed++
 					}
-					f.accounting(b, t).Add(e.rule, e.backend, n)
+					f.accounting(b, t).AddID(e.rule, e.id, n)
 					if e.touched != c.hopGen {
 						// The first hit in this next-hop generation:
 						// show the resolver the next hop in use.
@@ -210,7 +211,6 @@ func (f *fused) fastPass(b *engine.Batch, c *fastCache, hop, gen uint32, pkts []
 					continue
 				}
 			}
-			c.keys[i] = p.Key
 		}
 		c.miss[nm], c.at[nm] = p, uint8(i)
 		nm++
