@@ -93,17 +93,8 @@ const (
 // second what a hit writes (a key's two entries, four lines, are
 // prefetched together).
 type fastEntry struct {
-	key     fastKey
-	epoch   uint32
-	seen    flow.Tick // the entry's last-seen after the full pipeline's last lookup (balance.Pass.Seen)
-	backend int32
-	id      uint32     // the backend's ID (rule.Backends[backend].ID), which the Account stage counts by
-	rule    *flow.Rule // its VIP's VNI is the key's after the uplink VNI stage
-	// The outer headers without their EtherType (IPv4): MACs, IPv4, UDP,
-	// VXLAN; then the inner MACs.
-	outer [encap.OverheadIPv4 - 2]byte
-	inner [12]byte
-	out   uint16
+	key   fastKey
+	epoch uint16
 	class flow.StateClass
 	// touched is the low byte of the next-hop generation in which the
 	// resolver last saw the entry's next hop (fastCache.hopGen). Only
@@ -112,13 +103,24 @@ type fastEntry struct {
 	// forget a next hop in use — a new resolver version, which ends the
 	// epoch.
 	touched uint8
+	seen    flow.Tick // the entry's last-seen after the full pipeline's last lookup (balance.Pass.Seen)
+	backend int32
+	id      uint32     // the backend's ID (rule.Backends[backend].ID), which the Account stage counts by
+	rule    *flow.Rule // its VIP's VNI is the key's after the uplink VNI stage
+	// img is the first bytes of the frame the full pipeline wrote, up to
+	// the inner EtherType: the outer Ethernet, IPv4, UDP and VXLAN
+	// headers, then the inner MACs. The outer IPv4 checksum is that of a
+	// TOS and total length of 0 (fill), so that a hit copies the image
+	// whole, writes the packet's two fields and adds them to it.
+	img [encap.OverheadIPv4 + 12]byte
+	out uint16
 }
 
 // The entry's size is 128 bytes, and what a lookup reads is in its
 // first line: a compile-time check.
 var (
 	_ [0]struct{} = [unsafe.Sizeof(fastEntry{}) - 128]struct{}{}
-	_ [0]struct{} = [unsafe.Offsetof(fastEntry{}.outer) - 64]struct{}{}
+	_ [0]struct{} = [unsafe.Offsetof(fastEntry{}.img) - 64]struct{}{}
 )
 
 // fastKey is a flow key as the fast path keeps and compares it: flow.Key's
@@ -167,7 +169,7 @@ type fastCache struct {
 	// the others way 1.
 	e [fastSlots]fastEntry
 
-	epoch  uint32 // entries of this epoch are valid; 0 is never one
+	epoch  uint16 // entries of this epoch are valid; 0 is never one
 	snap   *flow.Snapshot
 	set    *guard.Prefixes
 	hop    uint32 // the next-hop stage's answers (nexthop.Pass.Answers)
@@ -327,8 +329,9 @@ func (c *fastCache) begin(snap *flow.Snapshot, set *guard.Prefixes, hop, gen uin
 		c.epoch++
 	}
 	if c.epoch == 0 {
-		// The epoch wrapped (after 2^32 changes): forget everything
-		// once, so that no entry of an old epoch matches.
+		// The epoch wrapped (after 2^16 changes: snapshots, prefix
+		// sets, next-hop versions, naps): forget everything once, so
+		// that no entry of an old epoch matches.
 		clear(c.e[:])
 		c.epoch = 1
 	}
@@ -445,33 +448,28 @@ func (fp *fastPath) hit(e *fastEntry, p *engine.Packet, partial bool) (n int, co
 			ip6.SetHopLimit(ttl - 1)
 		}
 	}
-	if fp.keepSrc && start != 0 {
-		// VLAN tags go: the frame's source moves to the inner header.
-		copy(data[start+6:start+12], data[6:12])
+	var src [6]byte
+	if fp.keepSrc {
+		src = [6]byte(data[6:]) // the frame's source, before the image covers it
 	}
 	// The new frame, in one step: the tunnel's headers in the headroom
-	// (and over the VLAN tags), then the inner frame. It fits: checked
-	// above.
+	// (and over any VLAN tags), then the inner frame, whose MACs the
+	// image holds and whose EtherType is the frame's own, in place in
+	// front of the IP header. It fits: checked above.
 	out, _ := p.Reframe(start-hdr, hdr+inner)
 	f := (*[hdr + header.EthernetSize]byte)(out)
+	*(*[hdr + 12]byte)(f[:]) = e.img
 	if fp.keepSrc {
-		*(*[6]byte)(f[hdr:]) = [6]byte(e.inner[:6])
-	} else {
-		*(*[12]byte)(f[hdr:]) = e.inner
+		*(*[6]byte)(f[hdr+6:]) = src
 	}
-	binary.BigEndian.PutUint16(f[hdr+12:], p.EtherType)
-	*(*[12]byte)(f[:]) = [12]byte(e.outer[:12])
-	binary.BigEndian.PutUint16(f[12:], header.EtherTypeIPv4)
-	*(*[hdr - 14]byte)(f[14:]) = [hdr - 14]byte(e.outer[12:])
-	// The template's TOS and total length are the first packet's: patch
-	// them and the checksum (RFC 1624: sum over the words that changed).
+	// The image's checksum is that of a TOS and total length of 0: write
+	// the packet's and add them (RFC 1624: the sum over the words that
+	// changed).
 	be := binary.BigEndian
-	w0, w1, sum0 := be.Uint16(e.outer[12:]), be.Uint16(e.outer[14:]), be.Uint16(e.outer[22:])
-	n0 := w0&0xff00 | uint16(tc)
 	n1 := uint16(hdr - header.EthernetSize + inner)
-	be.PutUint16(f[14:], n0)
+	f[15] = tc
 	be.PutUint16(f[16:], n1)
-	sum := uint32(^sum0) + uint32(^w0) + uint32(n0) + uint32(^w1) + uint32(n1)
+	sum := uint32(^be.Uint16(e.img[24:])) + uint32(tc) + uint32(n1)
 	sum = sum&0xffff + sum>>16
 	sum = sum&0xffff + sum>>16
 	be.PutUint16(f[24:], ^uint16(sum))
@@ -493,7 +491,7 @@ func (fp *fastPath) fill(c *fastCache, bal *balance.Pass, i, j int, p *engine.Pa
 	d := p.Data()
 	if p.Verdict != engine.VerdictTX || !bal.Settled(j) || p.Rule == nil || uint32(p.Backend) >= uint32(len(p.Rule.Backends)) ||
 		fp.slowPath && p.OutPort == fp.slowPort ||
-		len(d) < encap.OverheadIPv4+12 || binary.BigEndian.Uint16(d[12:]) != header.EtherTypeIPv4 || p.Key.VNI != p.Rule.VIP.VNI {
+		len(d) < encap.OverheadIPv4+header.EthernetSize || binary.BigEndian.Uint16(d[12:]) != header.EtherTypeIPv4 || p.Key.VNI != p.Rule.VIP.VNI {
 		c.drop(s, &c.keys[i])
 		return
 	}
@@ -506,9 +504,12 @@ func (fp *fastPath) fill(c *fastCache, bal *balance.Pass, i, j int, p *engine.Pa
 	e.seen = bal.Seen(j)
 	e.out, e.class = p.OutPort, c.class[i]
 	e.touched = c.hopGen // the full pipeline's next-hop lookup just showed it
-	copy(e.outer[:12], d[:12])
-	copy(e.outer[12:], d[14:encap.OverheadIPv4])
-	e.inner = [12]byte(d[encap.OverheadIPv4:])
+	// The image, its outer checksum that of a TOS and total length of 0:
+	// a hit writes the packet's and adds them to it.
+	e.img = [encap.OverheadIPv4 + 12]byte(d)
+	ip := header.IPv4(e.img[header.EthernetSize:])
+	w0, w1 := binary.BigEndian.Uint16(ip[0:]), binary.BigEndian.Uint16(ip[2:])
+	ip.SetChecksum(header.ChecksumUpdate16(header.ChecksumUpdate16(ip.Checksum(), w0, w0&0xff00), w1, 0))
 }
 
 // forget removes the decisions of the TCP and UDP packets of a batch that

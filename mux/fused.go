@@ -10,6 +10,7 @@ import (
 	"github.com/xdplb/xdplb/engine/nexthop"
 	"github.com/xdplb/xdplb/flow"
 	"github.com/xdplb/xdplb/guard"
+	"github.com/xdplb/xdplb/header"
 	"github.com/xdplb/xdplb/internal/prefetch"
 )
 
@@ -204,7 +205,7 @@ func (f *fused) fastPass(b *engine.Batch, c *fastCache, hop, gen uint32, pkts []
 					if e.touched != c.hopGen {
 						// The first hit in this next-hop generation:
 						// show the resolver the next hop in use.
-						t.nh.Touch4([4]byte(e.outer[28:32]))
+						t.nh.Touch4([4]byte(e.img[header.EthernetSize+16:])) // the outer IPv4 destination
 						e.touched = c.hopGen
 					}
 					hits++
