@@ -116,3 +116,40 @@ func TestFastPathTellsKeysApart(t *testing.T) {
 	h2, m2 := f.fast.Stats()
 	require.Equal(t, [2]uint64{h1, m1 + 1}, [2]uint64{h2, m2}, "b's packet took a's decision")
 }
+
+// TestFastCacheEpochWraps: the epoch count wraps after 2^16 epochs, and
+// there the cache is emptied, so that a decision kept 2^16 epochs ago
+// does not match its epoch's number again — whether begin starts the
+// epoch that wraps, or a worker waking from a nap does and the same
+// batch's begin starts another (a new next-hop version): awake once
+// left the wrap to begin, which then saw the epoch past 0 and emptied
+// nothing.
+func TestFastCacheEpochWraps(t *testing.T) {
+	snap := &flow.Snapshot{}
+	var k fastKey
+	k.set(&flow.Key{Src: [16]byte{198, 18, 0, 1}, Dst: [16]byte{198, 19, 255, 1}, SrcPort: 40000, DstPort: 80,
+		Proto: flow.ProtoTCP, Family: flow.FamilyIPv4})
+	for _, tc := range []struct {
+		name string
+		wrap func(c *fastCache)
+	}{
+		{"begin", func(c *fastCache) { c.begin(snap, nil, 2, 0, 0) }},
+		{"waking, then begin", func(c *fastCache) {
+			c.sleep = 1
+			require.False(t, c.awake())
+			c.begin(snap, nil, 2, 0, 0)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &fastCache{seed: 1, epoch: 1}
+			c.begin(snap, nil, 1, 0, 0)
+			s := slotsOf(&k, c.seed)
+			e, _ := c.entries(s)
+			e.key, e.epoch = k, 1 // kept in epoch 1, 2^16 epochs before the wrap
+			c.epoch = 0xffff
+			tc.wrap(c)
+			require.NotZero(t, c.epoch)
+			require.Nil(t, c.find(s, &k), "a decision of 2^16 epochs ago matches after the wrap (epoch %d)", c.epoch)
+		})
+	}
+}

@@ -212,7 +212,7 @@ func newFastPath(m *muxStages) *fastPath {
 	for c := range fp.refresh {
 		fp.refresh[c] = ct.RefreshAfter(flow.StateClass(c))
 	}
-	fp.caches.New = func() *fastCache { return &fastCache{seed: rand.Uint64() | 1} }
+	fp.caches.New = func() *fastCache { return &fastCache{seed: rand.Uint64() | 1, epoch: 1} } // 0 is an empty entry's epoch
 	return fp
 }
 
@@ -278,7 +278,7 @@ func (c *fastCache) awake() bool {
 	}
 	c.sleep--
 	if c.sleep == 0 {
-		c.epoch++ // the decisions kept before the nap are stale (begin handles a wrap)
+		c.newEpoch() // the decisions kept before the nap are stale
 		c.winHits, c.winLooks, c.winFree = 0, 0, 0
 	}
 	return false
@@ -322,21 +322,27 @@ func (c *fastCache) begin(snap *flow.Snapshot, set *guard.Prefixes, hop, gen uin
 	if snap != c.snap {
 		clear(c.e[:]) // hold no rule of an old snapshot
 		c.snap = snap
-		c.epoch++
+		c.newEpoch()
 	}
 	if set != c.set || hop != c.hop {
 		c.set, c.hop = set, hop
-		c.epoch++
-	}
-	if c.epoch == 0 {
-		// The epoch wrapped (after 2^16 changes: snapshots, prefix
-		// sets, next-hop versions, naps): forget everything once, so
-		// that no entry of an old epoch matches.
-		clear(c.e[:])
-		c.epoch = 1
+		c.newEpoch()
 	}
 	c.hopGen = uint8(gen)
 	c.now = now
+}
+
+// newEpoch starts a new epoch: the decisions kept in earlier ones no
+// longer match. The count wraps after 2^16 epochs (snapshots, prefix
+// sets, next-hop versions, naps); there the cache is emptied once, so
+// that no entry kept 2^16 epochs ago matches its number again, and the
+// count skips 0, the epoch of an empty entry (TestFastCacheEpochWraps).
+func (c *fastCache) newEpoch() {
+	c.epoch++
+	if c.epoch == 0 {
+		clear(c.e[:])
+		c.epoch = 1
+	}
 }
 
 // slotsOf places key k in a cache of seed seed: the index of its entry in
