@@ -162,7 +162,7 @@ func (ap AccountPass) Add(r *flow.Rule, i int32, n int) {
 // AddID is Add for a caller that kept the backend's ID
 // (r.Backends[i].ID) with its decision (the Mux's fast path): it counts
 // without reading the backend, whose line the caller need not have in
-// its cache.
+// its cache. r must not be nil (Add checks; AddID's caller has).
 func (ap AccountPass) AddID(r *flow.Rule, id uint32, n int) {
 	h := ap.h
 	if id < uint32(len(h.slots)) {

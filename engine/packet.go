@@ -108,9 +108,10 @@ func (p *Packet) Prepend(n int) ([]byte, bool) {
 }
 
 // Reframe moves the frame's start by d bytes — back into the headroom
-// when d is negative, as Prepend(-d) does, forward as TrimFront(d) does —
-// sets its length to n, and returns the new frame. It returns nil, false
-// and changes nothing when the frame would leave the buffer. It is
+// when d is negative, as Prepend(-d) does, forward when it is positive
+// (as TrimFront(d) does, or further, to anywhere in the buffer) — sets
+// its length to n, and returns the new frame. It returns nil, false and
+// changes nothing when the frame would leave the buffer. It is
 // Prepend or TrimFront and SetLen in one step, with one check, for a
 // stage that rewrites a frame's front in place (the Mux's fast path
 // swaps the inner frame's VLAN tags for its tunnel headers). Offsets set
