@@ -145,7 +145,7 @@ func (ap AccountPass) Packet(p *engine.Packet) {
 	if r == nil || uint32(p.Backend) >= uint32(len(r.Backends)) {
 		return
 	}
-	ap.count(r, p.Backend, ap.a.packetLen(p), p.Flags&engine.FlagNewFlow != 0)
+	ap.count(r, r.Backends[p.Backend].ID, ap.a.packetLen(p), p.Flags&engine.FlagNewFlow != 0)
 }
 
 // Add counts a packet of n bytes (the client's IP packet, as Packet
@@ -156,32 +156,20 @@ func (ap AccountPass) Add(r *flow.Rule, i int32, n int) {
 	if r == nil || uint32(i) >= uint32(len(r.Backends)) {
 		return
 	}
-	ap.count(r, i, n, false)
+	ap.count(r, r.Backends[i].ID, n, false)
 }
 
 // AddID is Add for a caller that kept the backend's ID
 // (r.Backends[i].ID) with its decision (the Mux's fast path): it counts
 // without reading the backend, whose line the caller need not have in
 // its cache. r must not be nil (Add checks; AddID's caller has).
-func (ap AccountPass) AddID(r *flow.Rule, id uint32, n int) {
-	h := ap.h
-	if id < uint32(len(h.slots)) {
-		if s := &h.slots[id]; s.vip != 0 {
-			s.packets++
-			s.bytes += uint64(n)
-			return
-		}
-	}
-	h.countRare(r, id, n, false)
-}
+func (ap AccountPass) AddID(r *flow.Rule, id uint32, n int) { ap.count(r, id, n, false) }
 
-// count counts a packet of n bytes on backend i (in range) of rule r.
-// The common case — a backend whose slot exists and has counted before —
-// is small enough to be inlined into the caller's loop; the rest is
-// countRare.
-func (ap AccountPass) count(r *flow.Rule, i int32, n int, newFlow bool) {
+// count counts a packet of n bytes on the backend of rule r whose ID is
+// id. The common case — a backend whose slot exists and has counted
+// before — is a few loads and increments; the rest is countRare, a call.
+func (ap AccountPass) count(r *flow.Rule, id uint32, n int, newFlow bool) {
 	h := ap.h
-	id := r.Backends[i].ID
 	if id < uint32(len(h.slots)) {
 		if s := &h.slots[id]; s.vip != 0 {
 			s.packets++
