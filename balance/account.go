@@ -160,10 +160,14 @@ func (ap AccountPass) Add(r *flow.Rule, i int32, n int) {
 }
 
 // AddID is Add for a caller that kept the backend's ID
-// (r.Backends[i].ID) with its decision (the Mux's fast path): it counts
-// without reading the backend, whose line the caller need not have in
-// its cache. r must not be nil (Add checks; AddID's caller has).
-func (ap AccountPass) AddID(r *flow.Rule, id uint32, n int) { ap.count(r, id, n, false) }
+// (r.Backends[i].ID) with its decision (the Mux's fast path and tunnel
+// images): it counts without reading the backend, whose line the caller
+// need not have in its cache. newFlow counts the packet as its flow's
+// first too, as Packet counts a packet with engine.FlagNewFlow. r must
+// not be nil (Add checks; AddID's caller has).
+func (ap AccountPass) AddID(r *flow.Rule, id uint32, n int, newFlow bool) {
+	ap.count(r, id, n, newFlow)
+}
 
 // count counts a packet of n bytes on the backend of rule r whose ID is
 // id. The common case — a backend whose slot exists and has counted

@@ -503,7 +503,7 @@ func TestAccountAddID(t *testing.T) {
 	pa, pi := byAdd.Begin(&b), byID.Begin(&b)
 	for _, a := range adds {
 		pa.Add(a.r, a.i, a.n)
-		pi.AddID(a.r, a.r.Backends[a.i].ID, a.n)
+		pi.AddID(a.r, a.r.Backends[a.i].ID, a.n, false)
 	}
 	pa.End()
 	pi.End()
@@ -516,4 +516,17 @@ func TestAccountAddID(t *testing.T) {
 	require.Equal(t, balance.Counts{Packets: 2, Bytes: 170}, got.VIP(acctDNS))
 	require.Equal(t, balance.Counts{Packets: 2, Bytes: 105}, got.Returns(5))
 	require.Equal(t, want.Returns(5), got.Returns(5))
+
+	// newFlow counts a new flow's first packet, as Packet counts one
+	// with engine.FlagNewFlow.
+	byNew := balance.NewAccount(balance.AccountConfig{})
+	pn := byNew.Begin(&b)
+	id := web.Backends[3].ID
+	pn.AddID(web, id, 60, true)
+	pn.AddID(web, id, 70, false)
+	pn.AddID(web, id, 80, true)
+	pn.End()
+	got = balance.SumAccounts(byNew)
+	require.Equal(t, balance.Counts{Packets: 3, Bytes: 210, NewFlows: 2}, got.Backend(id))
+	require.Equal(t, balance.Counts{Packets: 3, Bytes: 210, NewFlows: 2}, got.VIP(acctWeb))
 }

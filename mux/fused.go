@@ -201,7 +201,7 @@ func (f *fused) fastPass(b *engine.Batch, c *fastCache, hop, gen uint32, pkts []
 					if done {
 						completed++
 					}
-					f.accounting(b, t).AddID(e.rule, e.id, n)
+					f.accounting(b, t).AddID(e.rule, e.id, n, false)
 					if e.touched != c.hopGen {
 						// The first hit in this next-hop generation:
 						// show the resolver the next hop in use.
