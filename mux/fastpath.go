@@ -158,6 +158,8 @@ type fastCache struct {
 	// the others way 1.
 	e [fastSlots]fastEntry
 
+	images imageCache // the worker's tunnel images, awake or napping (fastimage.go)
+
 	epoch  uint16 // entries of this epoch are valid; 0 is never one
 	snap   *flow.Snapshot
 	set    *guard.Prefixes
@@ -213,7 +215,7 @@ func (fp *fastPath) Stats() (hits, misses uint64) {
 }
 
 // fastStats are a fast path's counters, summed over workers.
-type fastStats struct{ hits, misses, naps uint64 }
+type fastStats struct{ hits, misses, naps, images uint64 }
 
 func (fp *fastPath) stats() (s fastStats) {
 	if fp == nil {
@@ -223,6 +225,7 @@ func (fp *fastPath) stats() (s fastStats) {
 		s.hits += c.hits.Load()
 		s.misses += c.misses.Load()
 		s.naps += c.naps.Load()
+		s.images += c.images.hits.Load()
 		return true
 	})
 	return s
@@ -326,11 +329,14 @@ func (c *fastCache) begin(snap *flow.Snapshot, set *guard.Prefixes, hop, gen uin
 // sets, next-hop versions, naps); there the cache is emptied once, so
 // that no entry kept 2^16 epochs ago matches its number again, and the
 // count skips 0, the epoch of an empty entry (TestFastCacheEpochWraps).
-func (c *fastCache) newEpoch() {
-	c.epoch++
-	if c.epoch == 0 {
-		clear(c.e[:])
-		c.epoch = 1
+func (c *fastCache) newEpoch() { nextEpoch(&c.epoch, c.e[:]) }
+
+// nextEpoch advances *epoch, the epoch of entries e, as newEpoch
+// describes.
+func nextEpoch(epoch *uint16, e []fastEntry) {
+	if *epoch++; *epoch == 0 {
+		clear(e)
+		*epoch = 1
 	}
 }
 
@@ -499,12 +505,7 @@ func (fp *fastPath) fill(c *fastCache, bal *balance.Pass, i, j int, p *engine.Pa
 	e.seen = bal.Seen(j)
 	e.out, e.class = p.OutPort, c.class[i]
 	e.touched = c.hopGen // the full pipeline's next-hop lookup just showed it
-	// The image, its outer checksum that of a TOS and total length of 0:
-	// a hit writes the packet's and adds them to it.
-	e.img = [encap.OverheadIPv4 + 12]byte(d)
-	ip := header.IPv4(e.img[header.EthernetSize:])
-	w0, w1 := binary.BigEndian.Uint16(ip[0:]), binary.BigEndian.Uint16(ip[2:])
-	ip.SetChecksum(header.ChecksumUpdate16(header.ChecksumUpdate16(ip.Checksum(), w0, w0&0xff00), w1, 0))
+	setImage(e, d)
 }
 
 // forget removes the decisions of the TCP and UDP packets of a batch that

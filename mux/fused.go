@@ -40,9 +40,8 @@ func (m *muxStages) stages() []engine.Stage {
 
 // fused is the Mux's pipeline as one stage: the same work as the
 // separate stages of muxStages (engine.NewPipeline(m.stages()...)), with
-// the same output bytes, drop reasons and counters, in five loops over
-// the batch instead of ten (nine without the partial-checksum stage; the
-// balance stage makes two).
+// the same output bytes, drop reasons and counters, in two loops over
+// the batch after Parse's instead of nine or ten.
 //
 // Parse runs over the whole batch first. A batch with a packet the ICMP
 // stage handles (balance.ICMPHandles: echo requests, ICMP errors) then
@@ -50,27 +49,32 @@ func (m *muxStages) stages() []engine.Stage {
 // other batch — the common case, TCP and UDP to VIPs — runs through the
 // stages' per-packet steps, each packet in the stages' order: pass 1
 // filters its source, completes a partial checksum and sets the uplink
-// VNI; pass 2 finds the rule and hash and starts the connection-table
-// lookup (balance.Pass.Prepare), pass 3 finishes it and places the flow
-// (balance.Pass.Place), as the balance stage's own two passes do, so the
-// table's cache misses of a whole batch overlap; pass 4 encapsulates,
-// addresses to the next hop and counts. A packet a step drops skips the
-// later steps, and one encap answers with an ICMP error (Batch.Emit)
-// skips the next hop and the count, as the separate stages' pipeline
-// would have removed it from the batch; a stage's per-batch step
-// (Begin) runs only when a packet reaches it, as the pipeline calls a
-// stage only while the batch has packets. The ICMP stage leaves every
-// other packet as it is, so skipping it changes nothing.
+// VNI; pass 2, for each packet in turn, finishes its connection-table
+// lookup and places the flow (balance.Pass.Place), then encapsulates,
+// addresses it to the next hop and counts it — or does those three
+// stages' work from its backend's tunnel image (fastimage.go). Pass 2
+// finds the rule and hash and starts the lookup (balance.Pass.Prepare)
+// fusedAhead packets ahead, so that the table's cache misses overlap
+// with the work on the packets before; Prepare and Place each run in
+// batch order, as the balance stage's own two passes run them, and what
+// one packet's Place changes in the table is there for the next
+// packet's, as there. A packet a step drops skips the later steps, and
+// one encap answers with an ICMP error (Batch.Emit) skips the next hop
+// and the count, as the separate stages' pipeline would have removed it
+// from the batch; a stage's per-batch step (Begin) runs only when a
+// packet reaches it, as the pipeline calls a stage only while the batch
+// has packets. The ICMP stage leaves every other packet as it is, so
+// skipping it changes nothing.
 //
 // Before those passes the fast path (fastPath) encapsulates the packets
 // of established flows whose whole decision its worker keeps, and only
 // the rest run the passes; they fill the cache. The next-hop stage's
 // pass then begins before the first packet reaches it (the fast path
-// needs its answers and generation, and Touch4s its hits' next hops):
-// its worker's count of batches towards the periodic refresh of its
-// answers counts every batch the fast path runs, which changes when it
-// asks its Source again, not what it writes (a VersionedSource's answers
-// change only with its version).
+// and the tunnel images need its answers and generation, and Touch4 the
+// next hops they use): its worker's count of batches towards the
+// periodic refresh of its answers counts every batch the fast path
+// runs, which changes when it asks its Source again, not what it writes
+// (a VersionedSource's answers change only with its version).
 //
 // TestFusedAgrees, TestFastPathAgrees and FuzzFused run the same frames
 // through both and compare every output byte and every counter.
@@ -79,6 +83,11 @@ type fused struct {
 	rules *flow.Rules      // for batches without a worker snapshot (uplinkVNI's)
 	slow  *engine.Pipeline // the stages after Parse, for batches with ICMP
 	fast  *fastPath        // nil: off (no connection table, or turned off)
+
+	// For BenchmarkMuxPipelineFull: how far ahead Prepare runs
+	// (fusedAhead), and no tunnel images (fastimage.go).
+	ahead    int
+	noImages bool
 }
 
 // newFused returns the fused stage of m.
@@ -86,7 +95,7 @@ func newFused(m muxStages) (*fused, error) {
 	if m.sources == nil || m.icmp == nil || m.bal == nil || m.enc == nil || m.nh == nil || m.acct == nil {
 		return nil, errors.New("mux: a stage of the fused pipeline is missing")
 	}
-	return &fused{muxStages: m, rules: m.vni.rules, slow: engine.NewPipeline(m.stages()[1:]...), fast: newFastPath(&m)}, nil
+	return &fused{muxStages: m, rules: m.vni.rules, slow: engine.NewPipeline(m.stages()[1:]...), fast: newFastPath(&m), ahead: fusedAhead}, nil
 }
 
 // Process implements engine.Stage.
@@ -112,10 +121,10 @@ func (f *fused) Process(b *engine.Batch) {
 		return
 	}
 	t := tail{src: f.sources.Begin(b), snap: b.Rules(f.rules)}
-	var c *fastCache
+	var w, c *fastCache // the worker's cache; c: its flows' decisions, when it is awake
 	if f.fast != nil {
-		if c = f.fast.caches.Get(b.Worker); c != nil && !c.awake() {
-			c = nil
+		if w = f.fast.caches.Get(b.Worker); w != nil && w.awake() {
+			c = w
 		}
 	}
 	if c != nil {
@@ -129,7 +138,7 @@ func (f *fused) Process(b *engine.Batch) {
 		}
 	}
 	if len(pkts) > 0 {
-		f.full(b, pkts, &t)
+		f.full(b, pkts, &t, w)
 		if c != nil {
 			for j, p := range pkts {
 				f.fast.fill(c, &t.bal, int(c.at[j]), j, p)
@@ -230,8 +239,8 @@ func (f *fused) fastPass(b *engine.Batch, c *fastCache, hop, gen uint32, pkts []
 }
 
 // full runs the fused pipeline (see fused) over pkts, parsed packets of
-// batch b.
-func (f *fused) full(b *engine.Batch, pkts []*engine.Packet, t *tail) {
+// batch b, with the tunnel images of worker cache w (nil: none).
+func (f *fused) full(b *engine.Batch, pkts []*engine.Packet, t *tail, w *fastCache) {
 	// Pass 1: source filter, partial checksum, uplink VNI.
 	snap := t.snap
 	var vni uint32
@@ -265,23 +274,43 @@ func (f *fused) full(b *engine.Batch, pkts []*engine.Packet, t *tail) {
 		return // the pipeline would stop here: no stage's pass begins
 	}
 
-	// Passes 2 and 3: balance, as its own Process runs it
-	// (balance.Pass.Run, which skips what pass 1 dropped) — rules, hashes
-	// and the connection table's lookups started in a loop of their own
-	// (at 1M flows the prefetches issued back to back cost less than with
-	// the source filter's and uplink VNI's work in between: measured, see
-	// benchmarks/README.md, session 10), then the lookups finished and
-	// the flows placed.
+	// Pass 2: balance's two steps (balance.Pass: Prepare finds the rule
+	// and hash and prefetches the connection table's buckets, Place
+	// finishes the lookup and places the flow), Prepare f.ahead packets
+	// ahead; then encap, next hop and account, or the packet's tunnel
+	// image. Each stage's pass begins at the first packet that reaches
+	// it, as the pipeline calls a stage only while the batch has packets
+	// left; with images, the next-hop stage's begins at the first packet
+	// that reaches encap (the images need its answers).
 	f.bal.Begin(b, &t.bal)
-	t.bal.Run(pkts)
-	t.bal.End()
-
-	// Pass 4: encap, next hop, account. Each of these stages' passes
-	// begins at the first packet that reaches it, as the pipeline calls a
-	// stage only while the batch has packets left.
-	for _, p := range pkts {
+	var ic *imageCache
+	var place uint64 // the packets Prepare asked to Place
+	next := 0        // the next packet to Prepare
+	for i, p := range pkts {
+		for ; next < len(pkts) && next <= i+f.ahead; next++ {
+			if q := pkts[next]; q.Verdict == engine.VerdictTX {
+				r, pl := t.bal.Prepare(next, q)
+				if r != 0 {
+					b.Drop(q, r)
+				}
+				if pl {
+					place |= 1 << uint(next)
+				}
+			}
+		}
+		if place&(1<<uint(i)) != 0 {
+			if r := t.bal.Place(i, p); r != 0 {
+				b.Drop(p, r)
+			}
+		}
 		if p.Verdict != engine.VerdictTX {
 			continue // dropped
+		}
+		if w != nil && !f.noImages {
+			ic, w = f.beginImages(b, t, w), nil
+		}
+		if ic != nil && f.image(b, ic, p, t) {
+			continue
 		}
 		if r := f.enc.Packet(b, p); r != 0 {
 			b.Drop(p, r)
@@ -299,7 +328,22 @@ func (f *fused) full(b *engine.Batch, pkts []*engine.Packet, t *tail) {
 			continue
 		}
 		f.accounting(b, t).Packet(p)
+		if ic != nil {
+			f.fillImage(ic, p)
+		}
+	}
+	t.bal.End()
+	if ic != nil && ic.used != 0 {
+		ic.hits.Add(uint64(ic.used))
 	}
 }
+
+// fusedAhead is how many packets ahead of the one being placed the fused
+// stage prepares (balance.Pass.Prepare), which prefetches the packet's
+// connection-table buckets: at a million flows they are a cache and TLB
+// miss each, and come in while the packets before it are placed and
+// encapsulated. BenchmarkMuxPipelineFull compares it with preparing the
+// whole batch first.
+const fusedAhead = 16
 
 var _ engine.Stage = (*fused)(nil)

@@ -125,6 +125,7 @@ func TestFusedAgrees(t *testing.T) {
 	}
 	fp.counters(t)
 	require.NotZero(t, fp.fusMS.partial.Completed(), "no partial checksum completed")
+	require.NotZero(t, fp.f.fast.stats().images, "no packet encapsulated from a tunnel image")
 
 	// A reload: web4 loses a third of its backends (their flows are
 	// placed again), dns4's are all drained (its new flows: no_backend).

@@ -34,6 +34,7 @@ var (
 	descAnnounced = prometheus.NewDesc("xdplb_vips_announced", "VIP prefixes the Mux asks BGP to announce.", nil, nil)
 	descFast      = prometheus.NewDesc("xdplb_mux_fastpath_packets_total", "TCP and UDP packets the workers looked up in their caches of established flows' decisions: hit (encapsulated from the cache) or miss (through the full pipeline). Packets of batches with ICMP, and of workers napping, are not looked up.", []string{"result"}, nil)
 	descFastNaps  = prometheus.NewDesc("xdplb_mux_fastpath_naps_total", "Times a worker stopped looking up its cache of flows' decisions for a while because too few packets hit it (too many flows, or too evenly spread).", nil, nil)
+	descImages    = prometheus.NewDesc("xdplb_mux_fastpath_images_total", "Packets of the full pipeline that the workers encapsulated from their backend's tunnel image (the headers last written for that backend) instead of running the encap, next-hop and accounting stages.", nil, nil)
 	descUp        = prometheus.NewDesc("xdplb_datapath_up", "1 while the data path forwards; 0 before it starts and once it has failed or stopped (the VIPs are then withdrawn).", nil, nil)
 
 	// Traffic per VIP and per backend, from the workers' Account stages.
@@ -54,7 +55,7 @@ var (
 func (c muxCollector) Describe(ch chan<- *prometheus.Desc) {
 	nodemetrics.Describe(ch)
 	for _, d := range []*prometheus.Desc{descConns, descConnCap, descConnInUse, descConnEv, descConnClass, descVIPConn, descSkew, descBackends, descProbes,
-		descProbeUp, descAnnounced, descFast, descFastNaps, descUp, descVIPPackets, descVIPBytes, descVIPFlows, descBackPackets, descBackBytes, descBackFlows,
+		descProbeUp, descAnnounced, descFast, descFastNaps, descImages, descUp, descVIPPackets, descVIPBytes, descVIPFlows, descBackPackets, descBackBytes, descBackFlows,
 		descReturnPackets, descReturnBytes, descAllocations, descAllocRefused} {
 		ch <- d
 	}
@@ -113,10 +114,12 @@ func (c muxCollector) Collect(ch chan<- prometheus.Metric) {
 		fs.hits += s.hits
 		fs.misses += s.misses
 		fs.naps += s.naps
+		fs.images += s.images
 	}
 	counter(descFast, fs.hits, "hit")
 	counter(descFast, fs.misses, "miss")
 	counter(descFastNaps, fs.naps)
+	counter(descImages, fs.images)
 
 	nodemetrics.Config(ch, m.watcher.Status())
 
