@@ -203,6 +203,12 @@ type muxStagesOpts struct {
 	clock func() int64
 	// hops, when set, answers the next-hop stage instead of benchHops.
 	hops nexthop.Source
+	// innerSrc, when set, is encap's InnerSrcMAC; slowPath sends what the
+	// next-hop stage cannot address to port 1; port2, when set, is the
+	// interface the next-hop stage's port 2 is.
+	innerSrc header.MAC
+	slowPath bool
+	port2    int
 }
 
 // newTestMuxStages builds the Mux's stages over doc as Mux.pipeline does,
@@ -220,7 +226,7 @@ func newTestMuxStages(tb testing.TB, doc *control.Document, ct *flow.ConnTable, 
 	// them out of the table; the timed part is the established steady
 	// state, where proven flows do not count against it anyway.
 	bcfg := balance.Config{Rules: rules, Conns: ct, Hasher: flow.NewHasher(doc.HashSeed), VIPShare: 1}
-	ecfg := encap.EncapConfig{SourceV4: benchMuxSrc, DecrementTTL: true}
+	ecfg := encap.EncapConfig{SourceV4: benchMuxSrc, DecrementTTL: true, InnerSrcMAC: o.innerSrc}
 	if c := o.clock; c != nil {
 		icfg.Now = func() time.Time { return time.Unix(0, c()) }
 		bcfg.Clock = func() flow.Tick { return flow.Ticks(time.Duration(c())) }
@@ -236,7 +242,11 @@ func newTestMuxStages(tb testing.TB, doc *control.Document, ct *flow.ConnTable, 
 	if o.hops != nil {
 		hops = o.hops
 	}
-	nh, err := nexthop.NewStage(nexthop.StageConfig{Mode: nexthop.OuterDst, Ports: map[int]uint16{benchUplink: 0}}, hops)
+	ports := map[int]uint16{benchUplink: 0}
+	if o.port2 != 0 {
+		ports[o.port2] = 2
+	}
+	nh, err := nexthop.NewStage(nexthop.StageConfig{Mode: nexthop.OuterDst, Ports: ports, SlowPath: o.slowPath, SlowPort: 1}, hops)
 	require.NoError(tb, err)
 	acct := balance.NewAccount(balance.AccountConfig{Encapsulated: true, Rules: rules})
 	src, err := guard.NewSources(guard.SourcesConfig{Rules: rules, Node: []netip.Addr{benchMuxSrc}, Infra: filterPrefixes(doc)})

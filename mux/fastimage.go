@@ -31,10 +31,16 @@ import (
 // passed it) or on the flow's class or age (the connection table's
 // lookup has just run). A packet the image cannot take — its TTL
 // expiring, its tunnel over the MTU, too little headroom, an IPv6
-// underlay (no image is made) — runs the stages, as do the packets of
+// underlay or a next hop that did not resolve (no image is made: the
+// stages ask the resolver again in every batch, TestImagesLeaveUnresolvedToStages),
+// its key's VNI not its rule's — runs the stages, as do the packets of
 // a batch without next-hop answers. The next hop of an image is shown
 // to the resolver once per next-hop generation (nexthop.Pass.Touch4),
-// as for the fast path's hits.
+// as for the fast path's hits. A worker keeps its images, and the rules
+// they point to, until a batch of a new snapshot reaches its full
+// pipeline, as its fast path's cache keeps its decisions while awake.
+// A stage added between balance and account must be added to hit too,
+// or the images (and the fast path) skip it.
 const (
 	imageBits  = 9 // 1 << imageBits images per worker: 64 KiB
 	imageSlots = 1 << imageBits

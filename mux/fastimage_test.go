@@ -3,11 +3,15 @@ package mux
 import (
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdplb/xdplb/engine"
+	"github.com/xdplb/xdplb/engine/nexthop"
 	"github.com/xdplb/xdplb/flow"
+	"github.com/xdplb/xdplb/header"
+	"github.com/xdplb/xdplb/internal/lab/gpkt"
 )
 
 // TestImageCacheFind: an image is found for its own rule and backend in
@@ -60,11 +64,8 @@ func TestImageCacheFind(t *testing.T) {
 // resolver every next hop they use, once per refresh, as the stages'
 // lookups would have.
 func TestImagesAcrossHopRefresh(t *testing.T) {
-	hops := &countingHops{lookups: map[netip.Addr]int{}}
-	fr := newFastRig(t, hops, 1<<10)
+	fr, hops, frames, send := newHopRig(t)
 	f, r := fr.f, fr.r
-	frames := benchTargets.Frames(benchFlows(16, muxAgreeMix, 5, false))
-	send := func() { fr.send(frames, engine.MaxBatch) }
 	send()
 	i0 := f.fast.stats().images
 	send()
@@ -86,4 +87,86 @@ func TestImagesAcrossHopRefresh(t *testing.T) {
 	s := r.stats()
 	require.Zero(t, s.Dropped(), "drops: %v", s.DropsByName())
 	require.Equal(t, uint64(refreshes*1024+12)*uint64(len(frames)), s.TX)
+}
+
+// unversionedHops answers every destination with benchHop, without a
+// version: the next-hop stage's answers change every batch, so images
+// hold within a batch only.
+type unversionedHops struct{}
+
+func (unversionedHops) Lookup(netip.Addr) (nexthop.Hop, bool) { return benchHop, true }
+
+// TestFusedAgreesTunnels is TestFusedAgrees's flows — new, then
+// established, with partial checksums — through the separate stages and
+// the fused stage, whose misses the tunnel images serve, in the
+// configurations TestFusedAgrees does not have: encap's inner source MAC
+// set (the image's, not the frame's); the slow path, with a third of the
+// hosts unresolved (their packets out of port 1, their images never
+// made) and a third behind another interface (port 2, with its own
+// MACs); and a next-hop source without a version. The rig has port 0
+// only: what goes out of ports 1 and 2 is counted as no_out_port, alike.
+func TestFusedAgreesTunnels(t *testing.T) {
+	const ifindex2 = benchUplink + 1
+	hop2 := benchHop
+	hop2.IfIndex, hop2.DstMAC = ifindex2, [6]byte{0x02, 0xbb, 0, 0, 0, 2}
+	thirds := nexthop.Static{Hops: map[netip.Addr]nexthop.Hop{}} // Default: unresolved
+	for h := 1; h <= benchHosts; h++ {
+		switch h % 3 {
+		case 1:
+			thirds.Hops[netip.AddrFrom4([4]byte{198, 18, 254, byte(h)})] = benchHop
+		case 2:
+			thirds.Hops[netip.AddrFrom4([4]byte{198, 18, 254, byte(h)})] = hop2
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		o    muxStagesOpts
+	}{
+		{"inner source MAC", muxStagesOpts{innerSrc: header.MAC{0x02, 0, 0x5e, 0, 0, 0x99}}},
+		{"slow path, two interfaces", muxStagesOpts{slowPath: true, hops: thirds, port2: ifindex2}},
+		{"unversioned next hops", muxStagesOpts{hops: unversionedHops{}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.o.partial = true
+			fp := newFusedPairWith(t, tc.o, 1<<12)
+			frames := benchTargets.Frames(benchFlows(300, muxAgreeMix, 13, true))
+			for i := 0; i < len(frames); i += 3 {
+				frames[i] = gpkt.MakePartial(t, frames[i])
+			}
+			for range 4 {
+				for i := 0; i < len(frames); i += engine.MaxBatch {
+					fp.batch(t, frames[i:min(i+engine.MaxBatch, len(frames))]...)
+				}
+				fp.now += int64(2 * time.Second) // past ProveAfter: the flows promote, then are kept
+			}
+			fp.counters(t)
+			require.NotZero(t, fp.f.fast.stats().images, "no packet encapsulated from a tunnel image")
+		})
+	}
+}
+
+// TestImagesLeaveUnresolvedToStages: a packet whose next hop does not
+// resolve goes to the slow path, and no image is made of it: the stages
+// ask the resolver for its destination again in every batch (which an
+// image, shown to the resolver once per next-hop generation, would not),
+// so that a destination waiting to resolve is asked for as often as
+// without images.
+func TestImagesLeaveUnresolvedToStages(t *testing.T) {
+	hops := &countingHops{lookups: map[netip.Addr]int{}, unresolved: true}
+	fr := &fastRig{now: int64(time.Hour)}
+	ms, ctl := newTestMuxStages(t, benchDocument(t), muxConnTable(t, 1<<10),
+		muxStagesOpts{hops: hops, slowPath: true, clock: func() int64 { return fr.now }})
+	f, err := newFused(ms)
+	require.NoError(t, err)
+	fr.f, fr.r = f, newMuxRigSnapshot(t, false, ctl.Snapshot, f)
+	frames := benchTargets.Frames(benchFlows(16, muxAgreeMix, 5, false))
+	const batches = 50
+	for range batches {
+		fr.send(frames, engine.MaxBatch)
+	}
+	require.Zero(t, f.fast.stats().images, "a packet to the slow path encapsulated from an image")
+	require.NotEmpty(t, hops.counts())
+	for a, n := range hops.counts() {
+		require.GreaterOrEqual(t, n, batches, "destination %v: asked for in fewer batches than it was sent to", a)
+	}
 }

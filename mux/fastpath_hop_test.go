@@ -17,15 +17,16 @@ import (
 // version, that counts the lookups of each destination: what a
 // nexthop.Resolver's idle sweep goes by.
 type countingHops struct {
-	mu      sync.Mutex
-	lookups map[netip.Addr]int
+	mu         sync.Mutex
+	lookups    map[netip.Addr]int
+	unresolved bool // answer nothing
 }
 
 func (c *countingHops) Lookup(a netip.Addr) (nexthop.Hop, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lookups[a]++
-	return benchHop, true
+	return benchHop, !c.unresolved
 }
 
 func (c *countingHops) Version() uint64 { return 1 }
@@ -71,6 +72,15 @@ func (fr *fastRig) send(frames [][]byte, batch int) {
 	}
 }
 
+// newHopRig returns a fastRig answered by a countingHops, 16 flows'
+// frames, and a func that sends them once, in full batches.
+func newHopRig(t *testing.T) (*fastRig, *countingHops, [][]byte, func()) {
+	hops := &countingHops{lookups: map[netip.Addr]int{}}
+	fr := newFastRig(t, hops, 1<<10)
+	frames := benchTargets.Frames(benchFlows(16, muxAgreeMix, 5, false))
+	return fr, hops, frames, func() { fr.send(frames, engine.MaxBatch) }
+}
+
 // TestFastPathAcrossHopRefresh: the next-hop stage refreshes its cached
 // answers every 1024 batches of a worker (so that the resolver sees the
 // destinations in use) while the resolver's version holds. The fast
@@ -80,11 +90,8 @@ func (fr *fastRig) send(frames [][]byte, batch int) {
 // full pipeline's lookups would have: every destination is looked up
 // again in every refresh the flows span.
 func TestFastPathAcrossHopRefresh(t *testing.T) {
-	hops := &countingHops{lookups: map[netip.Addr]int{}}
-	fr := newFastRig(t, hops, 1<<10)
+	fr, hops, frames, send := newHopRig(t)
 	f, r := fr.f, fr.r
-	frames := benchTargets.Frames(benchFlows(16, muxAgreeMix, 5, false))
-	send := func() { fr.send(frames, engine.MaxBatch) }
 	send()
 	fr.now += int64(2 * time.Second) // past ProveAfter
 	send()                           // proven

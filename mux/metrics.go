@@ -34,7 +34,7 @@ var (
 	descAnnounced = prometheus.NewDesc("xdplb_vips_announced", "VIP prefixes the Mux asks BGP to announce.", nil, nil)
 	descFast      = prometheus.NewDesc("xdplb_mux_fastpath_packets_total", "TCP and UDP packets the workers looked up in their caches of established flows' decisions: hit (encapsulated from the cache) or miss (through the full pipeline). Packets of batches with ICMP, and of workers napping, are not looked up.", []string{"result"}, nil)
 	descFastNaps  = prometheus.NewDesc("xdplb_mux_fastpath_naps_total", "Times a worker stopped looking up its cache of flows' decisions for a while because too few packets hit it (too many flows, or too evenly spread).", nil, nil)
-	descImages    = prometheus.NewDesc("xdplb_mux_fastpath_images_total", "Packets of the full pipeline that the workers encapsulated from their backend's tunnel image (the headers last written for that backend) instead of running the encap, next-hop and accounting stages.", nil, nil)
+	descImages    = prometheus.NewDesc("xdplb_mux_fastpath_images_total", "Packets of the full pipeline that the workers encapsulated from their backend's tunnel image (the headers last written for that backend) instead of running the encap and next-hop stages; they are counted by backend as any other.", nil, nil)
 	descUp        = prometheus.NewDesc("xdplb_datapath_up", "1 while the data path forwards; 0 before it starts and once it has failed or stopped (the VIPs are then withdrawn).", nil, nil)
 
 	// Traffic per VIP and per backend, from the workers' Account stages.
