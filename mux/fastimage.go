@@ -138,14 +138,11 @@ func (f *fused) image(b *engine.Batch, ic *imageCache, p *engine.Packet, t *tail
 // for p, placed on its backend and sent to a resolved next hop in an
 // IPv4 tunnel, for its backend's next packets.
 func (f *fused) fillImage(ic *imageCache, p *engine.Packet) {
-	r := p.Rule
 	d := p.Data()
-	if r == nil || uint32(p.Backend) >= uint32(len(r.Backends)) || p.Verdict != engine.VerdictTX ||
-		p.Flags&(engine.FlagIPv4|engine.FlagIPv6) == 0 || p.Key.VNI != r.VIP.VNI ||
-		f.fast.slowPath && p.OutPort == f.fast.slowPort ||
-		len(d) < encap.OverheadIPv4+header.EthernetSize || binary.BigEndian.Uint16(d[12:]) != header.EtherTypeIPv4 {
+	if !f.fast.keepable(p, d) {
 		return
 	}
+	r := p.Rule
 	e := ic.slot(r, p.Backend)
 	e.epoch, e.rule, e.backend, e.id = ic.epoch, r, p.Backend, r.Backends[p.Backend].ID
 	e.out = p.OutPort

@@ -490,9 +490,7 @@ func (fp *fastPath) fill(c *fastCache, bal *balance.Pass, i, j int, p *engine.Pa
 		return
 	}
 	d := p.Data()
-	if p.Verdict != engine.VerdictTX || !bal.Settled(j) || p.Rule == nil || uint32(p.Backend) >= uint32(len(p.Rule.Backends)) ||
-		fp.slowPath && p.OutPort == fp.slowPort ||
-		len(d) < encap.OverheadIPv4+header.EthernetSize || binary.BigEndian.Uint16(d[12:]) != header.EtherTypeIPv4 || p.Key.VNI != p.Rule.VIP.VNI {
+	if !bal.Settled(j) || !fp.keepable(p, d) {
 		c.drop(s, &c.keys[i])
 		return
 	}
@@ -506,6 +504,17 @@ func (fp *fastPath) fill(c *fastCache, bal *balance.Pass, i, j int, p *engine.Pa
 	e.out, e.class = p.OutPort, c.class[i]
 	e.touched = c.hopGen // the full pipeline's next-hop lookup just showed it
 	setImage(e, d)
+}
+
+// keepable reports whether the headers the stages wrote for p (its frame
+// d) may be kept as an image, for a fast-path decision or a tunnel
+// image: p placed on a backend of its rule, whose VNI its key has, and
+// sent in an IPv4 tunnel to a resolved next hop, not to the slow path.
+func (fp *fastPath) keepable(p *engine.Packet, d []byte) bool {
+	return p.Verdict == engine.VerdictTX && p.Rule != nil && uint32(p.Backend) < uint32(len(p.Rule.Backends)) &&
+		!(fp.slowPath && p.OutPort == fp.slowPort) &&
+		len(d) >= encap.OverheadIPv4+header.EthernetSize && binary.BigEndian.Uint16(d[12:]) == header.EtherTypeIPv4 &&
+		p.Key.VNI == p.Rule.VIP.VNI
 }
 
 // forget removes the decisions of the TCP and UDP packets of a batch that
