@@ -151,7 +151,7 @@ func (ap AccountPass) Packet(p *engine.Packet) {
 // Add counts a packet of n bytes (the client's IP packet, as Packet
 // measures it) that the balancing stage placed on backend i of rule r,
 // not as a new flow: Packet's work for a caller that knows the length
-// (the Mux's fast path, which has just read it).
+// (AddID, for one that also kept the backend's ID).
 func (ap AccountPass) Add(r *flow.Rule, i int32, n int) {
 	if r == nil || uint32(i) >= uint32(len(r.Backends)) {
 		return
